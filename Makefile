@@ -1,0 +1,60 @@
+# Two commands do all the setup on a fresh machine:
+#   make run    install into .venv, then run the workflow on the default (mini) scale
+#   make test   install into .venv, then run the tests
+# Without internet, point the data mirror at a local copy: DATA_MIRROR=../shared/data make run
+
+VENV ?= .venv
+PYTHON ?= python3
+CORES ?= all
+TARGET ?= all
+SNAKEMAKE_ARGS ?=
+# CPU build of torch; a bare `torch` would pull a multi-GB CUDA build (see envs/gpu.yaml).
+TORCH ?= torch==2.13.0
+DATA_MIRROR ?=
+PYTEST_ARGS ?=
+
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.drpipe-installed
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export DATA_MIRROR
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: install run test lint format bench clean squad
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet "$(TORCH)"
+	$(BIN)/pip install --quiet -e ".[bm25,mini,workflow,test]"
+	touch $@
+
+run: install
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(SNAKEMAKE_ARGS) $(TARGET)
+
+squad: install
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --config scale=squad $(SNAKEMAKE_ARGS) $(TARGET)
+
+test: install
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check workflow tests benchmarks
+	$(BIN)/ruff format --check workflow tests benchmarks
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/snakemake --lint --cores 1 -n
+
+format: install
+	$(BIN)/ruff format workflow tests benchmarks
+	$(BIN)/ruff check --fix workflow tests benchmarks
+	$(BIN)/snakefmt Snakefile workflow/rules
+
+bench: install
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf results .snakemake

@@ -1,0 +1,29 @@
+# drpipe: Wikipedia dump -> passages -> BM25 / dense retrievers -> the papers' tables.
+# Usage: snakemake --profile profiles/default results/table2.csv   (scale from config.yaml)
+#        snakemake --profile profiles/slurm --config scale=paper results/table2.csv
+
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/download.smk"
+include: "workflow/rules/corpus.smk"
+include: "workflow/rules/qa.smk"
+include: "workflow/rules/bm25.smk"
+include: "workflow/rules/mining.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/encode.smk"
+include: "workflow/rules/index.smk"
+include: "workflow/rules/retrieve.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    input:
+        "results/table2.csv",
+        "results/table2.md",
+        "results/provenance.json",
+        "results/corpus/sentences.parquet",
+    default_target: True

@@ -1,0 +1,50 @@
+"""``drpipe`` command line: one subcommand per workflow step; Snakemake rules call these."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from drpipe.errors import InputError
+from drpipe.io import setup_logging
+
+# Each module defines ``register(subparsers)`` adding its subcommands, each with
+# ``set_defaults(func=...)``. Imports of heavy libraries (torch, faiss) stay inside handlers.
+MODULES = [
+    "drpipe.download",
+    "drpipe.corpus.cli",
+    "drpipe.qa.cli",
+    "drpipe.bm25",
+    "drpipe.training",
+    "drpipe.encode",
+    "drpipe.index",
+    "drpipe.retrieve",
+    "drpipe.evaluate",
+    "drpipe.tables",
+    "drpipe.provenance",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="drpipe", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose)
+    try:
+        result = args.func(args)
+    except InputError as exc:
+        print(f"drpipe {args.command}: bad input: {exc}", file=sys.stderr)
+        return 2
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""The one argument style every subcommand shares.
+
+Paths come as named options (``--passages``, ``--out``, ...); the slice of ``config.yaml`` a
+step uses comes as one JSON object in ``--cfg``, exactly as the Snakemake rule passes it
+through ``params:``. A subcommand never reads ``config.yaml`` itself, so what reruns a rule
+(its params) is exactly what changes its behaviour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--cfg is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--cfg must be a JSON object")
+    return value
+
+
+def add_cfg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cfg",
+        type=_json_object,
+        default={},
+        help="JSON object: the config slice this step uses (passed by the Snakemake rule)",
+    )
+
+
+def need(cfg: dict[str, Any], key: str, where: str = "--cfg") -> Any:
+    """Fetch a required config value with an error that names the missing key."""
+    if key not in cfg:
+        raise SystemExit(f"error: {where} lacks the key '{key}'")
+    return cfg[key]

@@ -1,0 +1,60 @@
+# BM25 with Lucene (Anserini through pyserini's jar): index title + text, batch search.
+
+
+def bm25_depth():
+    """Hits kept: evaluation/mining depth, or the hybrid's candidate depth if larger."""
+    depth = C["bm25"]["hits"]
+    if C["hybrid"]["enabled"]:
+        depth = max(depth, C["hybrid"]["depth"])
+    return depth
+
+
+rule bm25_index:
+    input:
+        "results/corpus/passages.parquet",
+    output:
+        directory("results/bm25/index"),
+    log:
+        "results/logs/bm25_index/bm25_index.log",
+    benchmark:
+        "results/benchmarks/rules/bm25_index/bm25_index.tsv"
+    threads: C["threads"]
+    params:
+        cfg=lambda w, threads: cfg_json({"threads": threads, "java": C["bm25"]["java"]}),
+        code=code("bm25.py"),
+    conda:
+        "../../envs/java.yaml"
+    shell:
+        "drpipe bm25 index --passages {input:q} --out {output:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+rule bm25_search:
+    input:
+        index="results/bm25/index",
+        questions="results/qa/{dataset}/{split}.parquet",
+    output:
+        run="results/runs/bm25/none/{dataset}-{split}.parquet",
+        trec="results/runs/bm25/none/{dataset}-{split}.trec",
+        report="results/runs/bm25/none/{dataset}-{split}.report.json",
+    log:
+        "results/logs/bm25_search/{dataset}-{split}.log",
+    benchmark:
+        "results/benchmarks/rules/bm25_search/{dataset}-{split}.tsv"
+    threads: C["threads"]
+    params:
+        cfg=lambda w, threads: cfg_json(
+            {
+                "k1": C["bm25"]["k1"],
+                "b": C["bm25"]["b"],
+                "hits": bm25_depth(),
+                "threads": threads,
+                "java": C["bm25"]["java"],
+            }
+        ),
+        code=code("bm25.py"),
+    conda:
+        "../../envs/java.yaml"
+    shell:
+        "drpipe bm25 search --index {input.index:q} --questions {input.questions:q}"
+        " --out {output.run:q} --trec {output.trec:q} --report {output.report:q}"
+        " --cfg {params.cfg:q} 2> {log:q}"

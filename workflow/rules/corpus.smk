@@ -1,0 +1,123 @@
+# Corpus: documents (dump cleaning / SQuAD articles) -> 100-word passages -> sentences.
+
+
+def doc_entry(name):
+    for d in DOCS:
+        if d["name"] == name:
+            return d
+    raise ValueError(f"config: no corpus.documents entry named '{name}'")
+
+
+DOC_COMMAND = {"wiki_dump": ("wiki", "--dump"), "squad": ("squad-docs", "--squad")}
+
+
+rule documents:
+    input:
+        lambda w: source_file(doc_entry(w.docset)["source"]),
+    output:
+        docs="results/corpus/docs/{docset}.parquet",
+        report="results/corpus/docs/{docset}.report.json",
+    log:
+        "results/logs/documents/{docset}.log",
+    benchmark:
+        "results/benchmarks/rules/documents/{docset}.tsv"
+    wildcard_constraints:
+        docset="[A-Za-z0-9_]+",
+    threads: lambda w: C["corpus"]["wiki_processes"] if doc_entry(w.docset)["kind"] == "wiki_dump" else 1
+    params:
+        command=lambda w: DOC_COMMAND[doc_entry(w.docset)["kind"]][0],
+        flag=lambda w: DOC_COMMAND[doc_entry(w.docset)["kind"]][1],
+        cfg=lambda w, threads: cfg_json(
+            {
+                "processes": threads,
+                "sample_articles": doc_entry(w.docset).get("sample_articles"),
+                "seed": C["seed"],
+            }
+        ),
+        code=code("corpus"),
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "drpipe corpus {params.command} {params.flag} {input:q} --out {output.docs:q}"
+        " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+if C["corpus"]["passages_tsv"]:
+
+    rule passages:
+        input:
+            source_file(C["corpus"]["passages_tsv"]),
+        output:
+            passages="results/corpus/passages.parquet",
+            report="results/corpus/passages.report.json",
+        log:
+            "results/logs/passages/passages.log",
+        benchmark:
+            "results/benchmarks/rules/passages/passages.tsv"
+        params:
+            cfg=cfg_json({"subset": C["corpus"]["subset"]}),
+            code=code("corpus"),
+        conda:
+            "../../envs/cpu.yaml"
+        shell:
+            "drpipe corpus dpr-tsv --tsv {input:q} --out {output.passages:q}"
+            " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
+
+else:
+
+    rule passages:
+        input:
+            [f"results/corpus/docs/{d['name']}.parquet" for d in DOCS],
+        output:
+            passages="results/corpus/passages.parquet",
+            report="results/corpus/passages.report.json",
+        log:
+            "results/logs/passages/passages.log",
+        benchmark:
+            "results/benchmarks/rules/passages/passages.tsv"
+        params:
+            names=[d["name"] for d in DOCS],
+            cfg=cfg_json({"words": C["corpus"]["words"], "subset": C["corpus"]["subset"]}),
+            code=code("corpus"),
+        conda:
+            "../../envs/cpu.yaml"
+        shell:
+            "drpipe corpus chunk --docs {input:q} --sources {params.names} --out {output.passages:q}"
+            " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+rule sentences:
+    input:
+        "results/corpus/passages.parquet",
+    output:
+        sentences="results/corpus/sentences.parquet",
+        report="results/corpus/sentences.report.json",
+    log:
+        "results/logs/sentences/sentences.log",
+    benchmark:
+        "results/benchmarks/rules/sentences/sentences.tsv"
+    params:
+        cfg=cfg_json(C["corpus"]["sentences"]),
+        code=code("corpus"),
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "drpipe corpus sentences --passages {input:q} --out {output.sentences:q}"
+        " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+rule export_tsv:
+    input:
+        "results/corpus/passages.parquet",
+    output:
+        "results/corpus/psgs_w100.tsv",
+    log:
+        "results/logs/export_tsv/export_tsv.log",
+    benchmark:
+        "results/benchmarks/rules/export_tsv/export_tsv.tsv"
+    params:
+        code=code("corpus"),
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "drpipe corpus export-tsv --passages {input:q} --out {output:q} 2> {log:q}"

@@ -1,0 +1,34 @@
+# Top-k accuracy of any run on any split (DPR's answer matching), per question kept too.
+
+
+rule evaluate:
+    input:
+        run="results/runs/{run}/{train_set}/{dataset}-{split}.parquet",
+        questions="results/qa/{dataset}/{split}.parquet",
+        passages="results/corpus/passages.parquet",
+    output:
+        metrics="results/metrics/{run}/{train_set}/{dataset}-{split}.json",
+        per_question="results/metrics/{run}/{train_set}/{dataset}-{split}.per_question.parquet",
+    log:
+        "results/logs/evaluate/{run}/{train_set}/{dataset}-{split}.log",
+    benchmark:
+        "results/benchmarks/rules/evaluate/{run}/{train_set}/{dataset}-{split}.tsv"
+    wildcard_constraints:
+        run="bm25|(init|dpr(\\.[A-Za-z0-9_]+)?)(\\+bm25)?",
+    params:
+        cfg=lambda w: cfg_json(
+            {
+                "ks": C["evaluate"]["ks"],
+                "method": w.run,
+                "train_set": w.train_set,
+                "dataset": w.dataset,
+                "split": w.split,
+            }
+        ),
+        code=code("evaluate.py", "qa"),
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "drpipe evaluate --run {input.run:q} --questions {input.questions:q}"
+        " --passages {input.passages:q} --out {output.metrics:q}"
+        " --per-question {output.per_question:q} --cfg {params.cfg:q} 2> {log:q}"

@@ -1,0 +1,23 @@
+# FAISS indexes over all shards of one encoder's passage vectors.
+
+
+rule build_index:
+    input:
+        lambda w: shard_files(w.method, w.train_set),
+    output:
+        "results/index/{method}/{train_set}/{itype}.faiss",
+    log:
+        "results/logs/build_index/{method}/{train_set}/{itype}.log",
+    benchmark:
+        "results/benchmarks/rules/build_index/{method}/{train_set}/{itype}.tsv"
+    wildcard_constraints:
+        method=DENSE,
+        itype="flat|hnsw|ivfpq",
+    threads: C["threads"]
+    params:
+        cfg=lambda w: cfg_json({**C["index"], "type": w.itype, "seed": C["seed"]}),
+        code=code("index.py"),
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "drpipe index --embeddings {input:q} --out {output:q} --cfg {params.cfg:q} 2> {log:q}"

@@ -1,0 +1,35 @@
+# Questions: one table per dataset and split (qid, question, answers, match mode).
+
+
+rule qa_load:
+    input:
+        src=lambda w: source_file(qa_split(w.dataset, w.split)["source"]),
+        docs=lambda w: (
+            [f"results/corpus/docs/{d['name']}.parquet" for d in DOCS]
+            if qa_split(w.dataset, w.split).get("restrict_to_corpus")
+            else []
+        ),
+    output:
+        questions="results/qa/{dataset}/{split}.parquet",
+        report="results/qa/{dataset}/{split}.report.json",
+    log:
+        "results/logs/qa_load/{dataset}-{split}.log",
+    benchmark:
+        "results/benchmarks/rules/qa_load/{dataset}-{split}.tsv"
+    params:
+        format=lambda w: qa_format(w.dataset, w.split),
+        restrict=lambda w, input: ("--restrict-docs " + " ".join(input.docs)) if input.docs else "",
+        cfg=lambda w: cfg_json(
+            {
+                "sample": qa_split(w.dataset, w.split).get("sample"),
+                "match": qa_split(w.dataset, w.split).get("match", "string"),
+                "seed": C["seed"],
+            }
+        ),
+        code=code("qa"),
+    conda:
+        "../../envs/cpu.yaml"
+    shell:
+        "drpipe qa load --format {params.format} --input {input.src:q} --dataset {wildcards.dataset}"
+        " --split {wildcards.split} --out {output.questions:q} --report {output.report:q}"
+        " {params.restrict} --cfg {params.cfg:q} 2> {log:q}"
