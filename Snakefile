@@ -7,6 +7,15 @@ configfile: "config.yaml"
 
 
 include: "workflow/rules/common.smk"
+
+
+wildcard_constraints:
+    dataset="[A-Za-z0-9_]+",
+    split="[A-Za-z0-9_]+",
+    train_set="[A-Za-z0-9_]+",
+    shard="[0-9]+",
+
+
 include: "workflow/rules/download.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/qa.smk"
@@ -21,9 +30,9 @@ include: "workflow/rules/tables.smk"
 
 
 rule all:
+    default_target: True
     input:
         "results/table2.csv",
         "results/table2.md",
         "results/provenance.json",
         "results/corpus/sentences.parquet",
-    default_target: True

@@ -40,6 +40,10 @@ def atomic_path(path: str | Path, *, directory: bool = False) -> Iterator[Path]:
         tmp = Path(name)
     try:
         yield tmp
+        # mkstemp/mkdtemp create 0600/0700; results are meant to be handed on, so use the umask.
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod((0o777 if tmp.is_dir() else 0o666) & ~umask)
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         os.replace(tmp, path)

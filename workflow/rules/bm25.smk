@@ -1,14 +1,6 @@
 # BM25 with Lucene (Anserini through pyserini's jar): index title + text, batch search.
 
 
-def bm25_depth():
-    """Hits kept: evaluation/mining depth, or the hybrid's candidate depth if larger."""
-    depth = C["bm25"]["hits"]
-    if C["hybrid"]["enabled"]:
-        depth = max(depth, C["hybrid"]["depth"])
-    return depth
-
-
 rule bm25_index:
     input:
         "results/corpus/passages.parquet",
@@ -18,12 +10,12 @@ rule bm25_index:
         "results/logs/bm25_index/bm25_index.log",
     benchmark:
         "results/benchmarks/rules/bm25_index/bm25_index.tsv"
+    conda:
+        "../../envs/java.yaml"
     threads: C["threads"]
     params:
         cfg=lambda w, threads: cfg_json({"threads": threads, "java": C["bm25"]["java"]}),
         code=code("bm25.py"),
-    conda:
-        "../../envs/java.yaml"
     shell:
         "drpipe bm25 index --passages {input:q} --out {output:q} --cfg {params.cfg:q} 2> {log:q}"
 
@@ -40,6 +32,8 @@ rule bm25_search:
         "results/logs/bm25_search/{dataset}-{split}.log",
     benchmark:
         "results/benchmarks/rules/bm25_search/{dataset}-{split}.tsv"
+    conda:
+        "../../envs/java.yaml"
     threads: C["threads"]
     params:
         cfg=lambda w, threads: cfg_json(
@@ -52,8 +46,6 @@ rule bm25_search:
             }
         ),
         code=code("bm25.py"),
-    conda:
-        "../../envs/java.yaml"
     shell:
         "drpipe bm25 search --index {input.index:q} --questions {input.questions:q}"
         " --out {output.run:q} --trec {output.trec:q} --report {output.report:q}"

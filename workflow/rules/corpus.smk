@@ -1,16 +1,6 @@
 # Corpus: documents (dump cleaning / SQuAD articles) -> 100-word passages -> sentences.
 
 
-def doc_entry(name):
-    for d in DOCS:
-        if d["name"] == name:
-            return d
-    raise ValueError(f"config: no corpus.documents entry named '{name}'")
-
-
-DOC_COMMAND = {"wiki_dump": ("wiki", "--dump"), "squad": ("squad-docs", "--squad")}
-
-
 rule documents:
     input:
         lambda w: source_file(doc_entry(w.docset)["source"]),
@@ -23,7 +13,14 @@ rule documents:
         "results/benchmarks/rules/documents/{docset}.tsv"
     wildcard_constraints:
         docset="[A-Za-z0-9_]+",
-    threads: lambda w: C["corpus"]["wiki_processes"] if doc_entry(w.docset)["kind"] == "wiki_dump" else 1
+    conda:
+        "../../envs/cpu.yaml"
+    threads:
+        lambda w: (
+            C["corpus"]["wiki_processes"]
+            if doc_entry(w.docset)["kind"] == "wiki_dump"
+            else 1
+        )
     params:
         command=lambda w: DOC_COMMAND[doc_entry(w.docset)["kind"]][0],
         flag=lambda w: DOC_COMMAND[doc_entry(w.docset)["kind"]][1],
@@ -35,8 +32,6 @@ rule documents:
             }
         ),
         code=code("corpus"),
-    conda:
-        "../../envs/cpu.yaml"
     shell:
         "drpipe corpus {params.command} {params.flag} {input:q} --out {output.docs:q}"
         " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
@@ -54,11 +49,11 @@ if C["corpus"]["passages_tsv"]:
             "results/logs/passages/passages.log",
         benchmark:
             "results/benchmarks/rules/passages/passages.tsv"
+        conda:
+            "../../envs/cpu.yaml"
         params:
             cfg=cfg_json({"subset": C["corpus"]["subset"]}),
             code=code("corpus"),
-        conda:
-            "../../envs/cpu.yaml"
         shell:
             "drpipe corpus dpr-tsv --tsv {input:q} --out {output.passages:q}"
             " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
@@ -75,12 +70,14 @@ else:
             "results/logs/passages/passages.log",
         benchmark:
             "results/benchmarks/rules/passages/passages.tsv"
-        params:
-            names=[d["name"] for d in DOCS],
-            cfg=cfg_json({"words": C["corpus"]["words"], "subset": C["corpus"]["subset"]}),
-            code=code("corpus"),
         conda:
             "../../envs/cpu.yaml"
+        params:
+            names=[d["name"] for d in DOCS],
+            cfg=cfg_json(
+                {"words": C["corpus"]["words"], "subset": C["corpus"]["subset"]}
+            ),
+            code=code("corpus"),
         shell:
             "drpipe corpus chunk --docs {input:q} --sources {params.names} --out {output.passages:q}"
             " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
@@ -96,11 +93,11 @@ rule sentences:
         "results/logs/sentences/sentences.log",
     benchmark:
         "results/benchmarks/rules/sentences/sentences.tsv"
+    conda:
+        "../../envs/cpu.yaml"
     params:
         cfg=cfg_json(C["corpus"]["sentences"]),
         code=code("corpus"),
-    conda:
-        "../../envs/cpu.yaml"
     shell:
         "drpipe corpus sentences --passages {input:q} --out {output.sentences:q}"
         " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
@@ -115,9 +112,9 @@ rule export_tsv:
         "results/logs/export_tsv/export_tsv.log",
     benchmark:
         "results/benchmarks/rules/export_tsv/export_tsv.tsv"
-    params:
-        code=code("corpus"),
     conda:
         "../../envs/cpu.yaml"
+    params:
+        code=code("corpus"),
     shell:
         "drpipe corpus export-tsv --passages {input:q} --out {output:q} 2> {log:q}"

@@ -12,12 +12,12 @@ rule fetch:
     wildcard_constraints:
         source="|".join(C["sources"]),
         filename="[^/]+",
+    conda:
+        "../../envs/cpu.yaml"
     params:
         cfg=lambda w: cfg_json(C["sources"][w.source]),
         mirror=MIRROR,
         code=code("download.py"),
-    conda:
-        "../../envs/cpu.yaml"
     shell:
         "drpipe fetch --name {wildcards.source} --mirror {params.mirror:q} --out {output.data:q}"
         " --record {output.record:q} --cfg {params.cfg:q} 2> {log:q}"

@@ -1,13 +1,6 @@
 # Passage vectors: one job per shard, so a failed shard reruns alone.
 
 
-def shard_files(method, train_set, suffix=".npy"):
-    return [
-        f"results/embeddings/{method}/{train_set}/shard-{i}{suffix}"
-        for i in range(C["encode"]["shards"])
-    ]
-
-
 rule encode:
     input:
         model="results/models/{method}/{train_set}",
@@ -21,6 +14,8 @@ rule encode:
         "results/benchmarks/rules/encode/{method}/{train_set}/shard-{shard}.tsv"
     wildcard_constraints:
         method=DENSE,
+    conda:
+        "../../envs/cpu.yaml"
     threads: C["threads"]
     resources:
         gpu=lambda w: 1 if SCALE == "paper" else 0,
@@ -35,8 +30,6 @@ rule encode:
             }
         ),
         code=code("encoders.py", "encode.py", "corpus/passages.py"),
-    conda:
-        "../../envs/cpu.yaml"
     shell:
         "drpipe encode --model {input.model:q} --passages {input.passages:q}"
         " --shard {wildcards.shard} --num-shards {params.num_shards} --out {output.vectors:q}"

@@ -15,6 +15,8 @@ rule evaluate:
         "results/benchmarks/rules/evaluate/{run}/{train_set}/{dataset}-{split}.tsv"
     wildcard_constraints:
         run="bm25|(init|dpr(\\.[A-Za-z0-9_]+)?)(\\+bm25)?",
+    conda:
+        "../../envs/cpu.yaml"
     params:
         cfg=lambda w: cfg_json(
             {
@@ -26,8 +28,6 @@ rule evaluate:
             }
         ),
         code=code("evaluate.py", "qa"),
-    conda:
-        "../../envs/cpu.yaml"
     shell:
         "drpipe evaluate --run {input.run:q} --questions {input.questions:q}"
         " --passages {input.passages:q} --out {output.metrics:q}"

@@ -13,11 +13,11 @@ rule build_index:
     wildcard_constraints:
         method=DENSE,
         itype="flat|hnsw|ivfpq",
+    conda:
+        "../../envs/cpu.yaml"
     threads: C["threads"]
     params:
         cfg=lambda w: cfg_json({**C["index"], "type": w.itype, "seed": C["seed"]}),
         code=code("index.py"),
-    conda:
-        "../../envs/cpu.yaml"
     shell:
         "drpipe index --embeddings {input:q} --out {output:q} --cfg {params.cfg:q} 2> {log:q}"

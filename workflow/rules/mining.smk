@@ -13,11 +13,11 @@ rule mine:
         "results/logs/mine/{dataset}.log",
     benchmark:
         "results/benchmarks/rules/mine/{dataset}.tsv"
+    conda:
+        "../../envs/cpu.yaml"
     params:
         cfg=cfg_json({**C["mining"], "seed": C["seed"]}),
         code=code("qa", "corpus/passages.py"),
-    conda:
-        "../../envs/cpu.yaml"
     shell:
         "drpipe mine --questions {input.questions:q} --run {input.run:q}"
         " --passages {input.passages:q} --out {output.examples:q} --report {output.report:q}"

@@ -16,9 +16,13 @@ rule qa_load:
         "results/logs/qa_load/{dataset}-{split}.log",
     benchmark:
         "results/benchmarks/rules/qa_load/{dataset}-{split}.tsv"
+    conda:
+        "../../envs/cpu.yaml"
     params:
         format=lambda w: qa_format(w.dataset, w.split),
-        restrict=lambda w, input: ("--restrict-docs " + " ".join(input.docs)) if input.docs else "",
+        restrict=lambda w, input: (
+            ("--restrict-docs " + " ".join(input.docs)) if input.docs else ""
+        ),
         cfg=lambda w: cfg_json(
             {
                 "sample": qa_split(w.dataset, w.split).get("sample"),
@@ -27,8 +31,6 @@ rule qa_load:
             }
         ),
         code=code("qa"),
-    conda:
-        "../../envs/cpu.yaml"
     shell:
         "drpipe qa load --format {params.format} --input {input.src:q} --dataset {wildcards.dataset}"
         " --split {wildcards.split} --out {output.questions:q} --report {output.report:q}"

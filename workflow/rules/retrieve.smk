@@ -1,25 +1,6 @@
 # Dense retrieval (top-k per question) and the BM25 + dense hybrid of DPR section 5.1.
 
 
-def index_file(w):
-    return f"results/index/{w.method}/{w.train_set}/{C['index']['type']}.faiss"
-
-
-def retrieve_cfg(threads, **extra):
-    return cfg_json(
-        {
-            **C["retrieve"],
-            "index_type": C["index"]["type"],
-            "ef_search": C["index"]["hnsw"]["ef_search"],
-            "nprobe": C["index"]["ivfpq"]["nprobe"],
-            "max_query_len": C["encoder"]["max_query_len"],
-            "bf16": C["encoder"]["bf16"],
-            "threads": threads,
-            **extra,
-        }
-    )
-
-
 rule retrieve:
     input:
         model="results/models/{method}/{train_set}",
@@ -34,12 +15,12 @@ rule retrieve:
         "results/benchmarks/rules/retrieve/{method}/{train_set}/{dataset}-{split}.tsv"
     wildcard_constraints:
         method=DENSE,
+    conda:
+        "../../envs/cpu.yaml"
     threads: C["threads"]
     params:
         cfg=lambda w, threads: retrieve_cfg(threads),
         code=code("encoders.py", "index.py", "retrieve.py"),
-    conda:
-        "../../envs/cpu.yaml"
     shell:
         "drpipe retrieve --model {input.model:q} --index {input.index:q}"
         " --questions {input.questions:q} --out {output.run:q} --report {output.report:q}"
@@ -62,14 +43,14 @@ rule hybrid:
         "results/benchmarks/rules/hybrid/{method}/{train_set}/{dataset}-{split}.tsv"
     wildcard_constraints:
         method=DENSE,
+    conda:
+        "../../envs/cpu.yaml"
     threads: C["threads"]
     params:
         cfg=lambda w, threads: retrieve_cfg(
             threads, **{"lambda": C["hybrid"]["lambda"], "depth": C["hybrid"]["depth"]}
         ),
         code=code("encoders.py", "index.py", "retrieve.py"),
-    conda:
-        "../../envs/cpu.yaml"
     shell:
         "drpipe hybrid --model {input.model:q} --index {input.index:q}"
         " --embeddings {input.embeddings:q} --bm25-run {input.bm25:q}"

@@ -1,17 +1,6 @@
 # Training: one shared loop; the method (and variant) decides batches and loss.
 
 
-def train_examples_file(dataset):
-    how = C["train_examples"].get(dataset, "mine")
-    return f"results/train/{dataset}.jsonl.gz" if how == "mine" else source_file(how)
-
-
-def train_set_files(train_set):
-    if train_set not in C["train_sets"]:
-        raise ValueError(f"config: unknown train set '{train_set}' (train_sets: {sorted(C['train_sets'])})")
-    return [train_examples_file(d) for d in C["train_sets"][train_set]]
-
-
 rule train:
     input:
         lambda w: train_set_files(w.train_set),
@@ -24,15 +13,17 @@ rule train:
         "results/benchmarks/rules/train/{method}/{train_set}.tsv"
     wildcard_constraints:
         method="dpr(\\.[A-Za-z0-9_]+)?",
+    conda:
+        "../../envs/cpu.yaml"
     threads: C["threads"]
     resources:
         gpu=lambda w: 1 if SCALE == "paper" else 0,
     params:
         base=lambda w: w.method.split(".")[0],
-        cfg=lambda w, threads: cfg_json({**method_config(C, w.method), "threads": threads}),
+        cfg=lambda w, threads: cfg_json(
+            {**method_config(C, w.method), "threads": threads}
+        ),
         code=code("encoders.py", "methods", "training.py"),
-    conda:
-        "../../envs/cpu.yaml"
     shell:
         "drpipe train --method {params.base} --train {input:q} --out {output.model:q}"
         " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
@@ -45,10 +36,10 @@ rule init_model:
         "results/logs/init_model/init.log",
     benchmark:
         "results/benchmarks/rules/init_model/init.tsv"
+    conda:
+        "../../envs/cpu.yaml"
     params:
         cfg=cfg_json(C["encoder"]),
         code=code("encoders.py", "training.py"),
-    conda:
-        "../../envs/cpu.yaml"
     shell:
         "drpipe init-model --out {output:q} --cfg {params.cfg:q} 2> {log:q}"

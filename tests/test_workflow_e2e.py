@@ -1,0 +1,129 @@
+"""The real DAG, end to end, on a tiny slice of the real data; then what a config change reruns.
+
+Everything here is the production path: fetch from the mirror, dump cleaning, chunking,
+Anserini BM25, mining, DPR training of the packaged all-MiniLM-L6-v2, sharded encoding, FAISS,
+dense and hybrid retrieval, evaluation and the tables. Only the sizes are small.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from workflow_util import planned_jobs, snakemake
+
+pytestmark = pytest.mark.slow
+
+TINY = {
+    "corpus": {
+        "documents": [
+            {"name": "squad_dev", "kind": "squad", "source": "squad_dev", "sample_articles": 3},
+            {"name": "squad_train", "kind": "squad", "source": "squad_train",
+             "sample_articles": 2},
+            {"name": "enwiki", "kind": "wiki_dump", "source": "enwiki_tables",
+             "sample_articles": None},
+        ],
+    },
+    "qa": {
+        "squad": {
+            "train": {"format": "squad", "source": "squad_train", "sample": 48,
+                      "restrict_to_corpus": True},
+            "test": {"format": "squad", "source": "squad_dev", "sample": 120,
+                     "restrict_to_corpus": True},
+        }
+    },
+    "mining": {"hard_negatives": 4, "random_negatives": 4},
+    "encoder": {"max_passage_len": 128, "max_query_len": 32},
+    "methods": {"dpr": {"epochs": 1, "batch_size": 8, "checkpoint_every": 2}},
+    "encode": {"shards": 2, "batch_size": 32},
+    "hybrid": {"depth": 50},
+}
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("e2e")
+    snakemake(work, overlay=TINY, timeout=1500)
+    return work
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_table2_has_computed_rows_beside_the_paper(run_dir):
+    rows = _rows(run_dir / "results/table2.csv")
+    methods = {r["method"] for r in rows}
+    assert {"BM25", "DPR", "BM25+DPR"} <= methods
+    assert any("init" in m for m in methods)
+    for row in rows:
+        assert row["scale"] == "mini"
+        for k in ("1", "5", "20", "100"):
+            value = float(row[f"squad_top{k}"])
+            assert 0.0 <= value <= 100.0
+    bm25 = next(r for r in rows if r["method"] == "BM25")
+    assert float(bm25["squad_top20_paper"]) == 68.8
+    assert float(bm25["squad_top20_diff"]) == pytest.approx(
+        float(bm25["squad_top20"]) - 68.8, abs=0.011
+    )
+    assert (run_dir / "results/table2.md").read_text().count("|") > 10
+
+
+def test_provenance_traces_inputs_config_code_and_timings(run_dir):
+    prov = json.loads((run_dir / "results/provenance.json").read_text())
+    assert prov["config"]["corpus"]["documents"][0]["sample_articles"] == 3
+    names = {rec["name"] for rec in prov["inputs"]}
+    assert {"squad_dev", "squad_train", "enwiki_tables"} <= names
+    for rec in prov["inputs"]:
+        assert len(rec["sha256"]) == 64 and rec["origin"]["kind"] == "mirror"
+    assert prov["packages"]["torch"] and prov["code"]["package_hash"]
+    assert any(k.startswith("train/") for k in prov["rule_timings"])
+
+
+def test_nothing_reruns_without_a_change(run_dir):
+    assert planned_jobs(run_dir, overlay=TINY) == set()
+
+
+def _rules(jobs):
+    return {rule for rule, _ in jobs}
+
+
+def test_chunking_change_reruns_corpus_and_downstream_only(run_dir):
+    jobs = planned_jobs(run_dir, overlay={**TINY, "corpus": {**TINY["corpus"], "words": 90}})
+    rules = _rules(jobs)
+    assert {"passages", "sentences", "bm25_index", "mine", "train", "encode",
+            "table2"} <= rules
+    assert not rules & {"fetch", "documents", "qa_load", "init_model"}
+
+
+def test_splitter_change_reruns_sentences_only(run_dir):
+    corpus = {**TINY["corpus"], "sentences": {"splitter": "dcsr", "model": None,
+                                              "batch_size": 256}}
+    jobs = planned_jobs(run_dir, overlay={**TINY, "corpus": corpus})
+    assert _rules(jobs) <= {"sentences", "all"} and "sentences" in _rules(jobs)
+
+
+def test_bm25_k1_change_reruns_bm25_and_what_uses_mined_examples(run_dir):
+    jobs = planned_jobs(run_dir, overlay={**TINY, "bm25": {"k1": 1.2, "b": 0.4, "hits": 100,
+                                                           "java": None}})
+    rules = _rules(jobs)
+    assert {"bm25_search", "mine", "train", "encode", "retrieve", "hybrid", "evaluate",
+            "table2"} <= rules
+    assert not rules & {"fetch", "documents", "passages", "sentences", "qa_load",
+                        "bm25_index", "init_model"}
+    # The initial encoder's retrieval does not depend on BM25.
+    assert not any(out.startswith("results/runs/init/") for _, out in jobs)
+
+
+def test_dpr_lr_change_reruns_training_and_after_only(run_dir):
+    methods = {"dpr": {**TINY["methods"]["dpr"], "lr": 3.0e-5}}
+    jobs = planned_jobs(run_dir, overlay={**TINY, "methods": methods})
+    rules = _rules(jobs)
+    assert {"train", "encode", "build_index", "retrieve", "hybrid", "evaluate",
+            "table2"} <= rules
+    assert not rules & {"fetch", "documents", "passages", "sentences", "qa_load",
+                        "bm25_index", "bm25_search", "mine", "init_model"}
+    assert not any("/bm25/" in out or "/init/" in out for _, out in jobs)

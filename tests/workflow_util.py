@@ -1,0 +1,47 @@
+"""Run Snakemake on this repository's workflow in a scratch directory and read its plan."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+
+
+def snakemake(workdir: Path, *args: str, overlay: dict | None = None, check: bool = True,
+              timeout: int = 1200) -> subprocess.CompletedProcess:
+    """Run the repository's Snakefile with results under ``workdir``."""
+    cmd = [
+        str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+        "--profile", str(REPO / "profiles" / "default"), "--cores", "2",
+        "--configfile", str(REPO / "config.yaml"),
+    ]
+    if overlay is not None:
+        path = workdir / f"overlay-{abs(hash(yaml.safe_dump(overlay))) % 10**8}.yaml"
+        path.write_text(yaml.safe_dump(overlay))
+        cmd.append(str(path))
+    cmd += list(args)
+    env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"
+            f"{proc.stderr[-8000:]}"
+        )
+    return proc
+
+
+_JOB = re.compile(r"^(?:local)?rule (\w+):\n(?:(?:    .*)\n)*?    output: (.*)$", re.M)
+
+
+def planned_jobs(workdir: Path, *targets: str, overlay: dict | None = None) -> set[tuple[str, str]]:
+    """(rule, first output) of every job a dry run would execute."""
+    proc = snakemake(workdir, "-n", *targets, overlay=overlay)
+    text = proc.stdout + proc.stderr
+    return {(m.group(1), m.group(2).split(",")[0].strip()) for m in _JOB.finditer(text)}
