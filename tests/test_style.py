@@ -28,7 +28,18 @@ def test_snakefmt_clean():
 
 
 def test_snakemake_lint_clean(tmp_path):
-    proc = _run(str(SNAKEMAKE), "--lint", "-n", "--cores", "1", "--directory", str(tmp_path),
-                "-s", str(REPO / "Snakefile"), "--configfile", str(REPO / "config.yaml"))
+    proc = _run(
+        str(SNAKEMAKE),
+        "--lint",
+        "-n",
+        "--cores",
+        "1",
+        "--directory",
+        str(tmp_path),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--configfile",
+        str(REPO / "config.yaml"),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Congratulations" in proc.stdout + proc.stderr

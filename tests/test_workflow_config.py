@@ -77,9 +77,21 @@ def test_paper_scale_dag_builds_quickly(tmp_path):
     jobs = planned_jobs(tmp_path, "--config", "scale=paper")
     elapsed = time.perf_counter() - start
     rules = {r for r, _ in jobs}
-    assert {"fetch", "documents", "passages", "sentences", "bm25_index", "bm25_search",
-            "train", "encode", "build_index", "retrieve", "hybrid", "evaluate",
-            "table2"} <= rules
+    assert {
+        "fetch",
+        "documents",
+        "passages",
+        "sentences",
+        "bm25_index",
+        "bm25_search",
+        "train",
+        "encode",
+        "build_index",
+        "retrieve",
+        "hybrid",
+        "evaluate",
+        "table2",
+    } <= rules
     outputs = {o for _, o in jobs}
     assert "results/data/enwiki_20181220/enwiki-20181220-pages-articles.xml.bz2" in outputs
     # DPR's released training files are used at paper scale: nothing is mined.

@@ -20,18 +20,29 @@ TINY = {
     "corpus": {
         "documents": [
             {"name": "squad_dev", "kind": "squad", "source": "squad_dev", "sample_articles": 3},
-            {"name": "squad_train", "kind": "squad", "source": "squad_train",
-             "sample_articles": 2},
-            {"name": "enwiki", "kind": "wiki_dump", "source": "enwiki_tables",
-             "sample_articles": None},
+            {"name": "squad_train", "kind": "squad", "source": "squad_train", "sample_articles": 2},
+            {
+                "name": "enwiki",
+                "kind": "wiki_dump",
+                "source": "enwiki_tables",
+                "sample_articles": None,
+            },
         ],
     },
     "qa": {
         "squad": {
-            "train": {"format": "squad", "source": "squad_train", "sample": 48,
-                      "restrict_to_corpus": True},
-            "test": {"format": "squad", "source": "squad_dev", "sample": 120,
-                     "restrict_to_corpus": True},
+            "train": {
+                "format": "squad",
+                "source": "squad_train",
+                "sample": 48,
+                "restrict_to_corpus": True,
+            },
+            "test": {
+                "format": "squad",
+                "source": "squad_dev",
+                "sample": 120,
+                "restrict_to_corpus": True,
+            },
         }
     },
     "mining": {"hard_negatives": 4, "random_negatives": 4},
@@ -94,26 +105,40 @@ def _rules(jobs):
 def test_chunking_change_reruns_corpus_and_downstream_only(run_dir):
     jobs = planned_jobs(run_dir, overlay={**TINY, "corpus": {**TINY["corpus"], "words": 90}})
     rules = _rules(jobs)
-    assert {"passages", "sentences", "bm25_index", "mine", "train", "encode",
-            "table2"} <= rules
+    assert {"passages", "sentences", "bm25_index", "mine", "train", "encode", "table2"} <= rules
     assert not rules & {"fetch", "documents", "qa_load", "init_model"}
 
 
 def test_splitter_change_reruns_sentences_only(run_dir):
-    corpus = {**TINY["corpus"], "sentences": {"splitter": "dcsr", "model": None,
-                                              "batch_size": 256}}
+    corpus = {**TINY["corpus"], "sentences": {"splitter": "dcsr", "model": None, "batch_size": 256}}
     jobs = planned_jobs(run_dir, overlay={**TINY, "corpus": corpus})
     assert _rules(jobs) <= {"sentences", "all"} and "sentences" in _rules(jobs)
 
 
 def test_bm25_k1_change_reruns_bm25_and_what_uses_mined_examples(run_dir):
-    jobs = planned_jobs(run_dir, overlay={**TINY, "bm25": {"k1": 1.2, "b": 0.4, "hits": 100,
-                                                           "java": None}})
+    jobs = planned_jobs(
+        run_dir, overlay={**TINY, "bm25": {"k1": 1.2, "b": 0.4, "hits": 100, "java": None}}
+    )
     rules = _rules(jobs)
-    assert {"bm25_search", "mine", "train", "encode", "retrieve", "hybrid", "evaluate",
-            "table2"} <= rules
-    assert not rules & {"fetch", "documents", "passages", "sentences", "qa_load",
-                        "bm25_index", "init_model"}
+    assert {
+        "bm25_search",
+        "mine",
+        "train",
+        "encode",
+        "retrieve",
+        "hybrid",
+        "evaluate",
+        "table2",
+    } <= rules
+    assert not rules & {
+        "fetch",
+        "documents",
+        "passages",
+        "sentences",
+        "qa_load",
+        "bm25_index",
+        "init_model",
+    }
     # The initial encoder's retrieval does not depend on BM25.
     assert not any(out.startswith("results/runs/init/") for _, out in jobs)
 
@@ -122,8 +147,16 @@ def test_dpr_lr_change_reruns_training_and_after_only(run_dir):
     methods = {"dpr": {**TINY["methods"]["dpr"], "lr": 3.0e-5}}
     jobs = planned_jobs(run_dir, overlay={**TINY, "methods": methods})
     rules = _rules(jobs)
-    assert {"train", "encode", "build_index", "retrieve", "hybrid", "evaluate",
-            "table2"} <= rules
-    assert not rules & {"fetch", "documents", "passages", "sentences", "qa_load",
-                        "bm25_index", "bm25_search", "mine", "init_model"}
+    assert {"train", "encode", "build_index", "retrieve", "hybrid", "evaluate", "table2"} <= rules
+    assert not rules & {
+        "fetch",
+        "documents",
+        "passages",
+        "sentences",
+        "qa_load",
+        "bm25_index",
+        "bm25_search",
+        "mine",
+        "init_model",
+    }
     assert not any("/bm25/" in out or "/init/" in out for _, out in jobs)

@@ -14,13 +14,22 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 
 
-def snakemake(workdir: Path, *args: str, overlay: dict | None = None, check: bool = True,
-              timeout: int = 1200) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, overlay: dict | None = None, check: bool = True, timeout: int = 1200
+) -> subprocess.CompletedProcess:
     """Run the repository's Snakefile with results under ``workdir``."""
     cmd = [
-        str(SNAKEMAKE), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-        "--profile", str(REPO / "profiles" / "default"), "--cores", "2",
-        "--configfile", str(REPO / "config.yaml"),
+        str(SNAKEMAKE),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--profile",
+        str(REPO / "profiles" / "default"),
+        "--cores",
+        "2",
+        "--configfile",
+        str(REPO / "config.yaml"),
     ]
     if overlay is not None:
         path = workdir / f"overlay-{abs(hash(yaml.safe_dump(overlay))) % 10**8}.yaml"

@@ -15,6 +15,7 @@ MODULES = [
     "drpipe.download",
     "drpipe.corpus.cli",
     "drpipe.qa.cli",
+    "drpipe.qa.mine_cli",
     "drpipe.bm25",
     "drpipe.training",
     "drpipe.encode",

@@ -51,8 +51,10 @@ def verify(path: Path, expected: dict[str, str | None], label: str) -> None:
 def _download(url: str, dest: Path) -> None:
     with urllib.request.urlopen(url, timeout=60) as resp:  # noqa: S310 (configured URLs only)
         total = int(resp.headers.get("Content-Length") or 0) or None
-        with open(dest, "wb") as out, progress(total=total, unit="B", unit_scale=True,
-                                               desc=url.rsplit("/", 1)[-1]) as bar:
+        with (
+            open(dest, "wb") as out,
+            progress(total=total, unit="B", unit_scale=True, desc=url.rsplit("/", 1)[-1]) as bar,
+        ):
             while block := resp.read(1 << 20):
                 out.write(block)
                 bar.update(len(block))
@@ -78,9 +80,7 @@ def fetch(name: str, source: dict[str, Any], mirror: str | Path | None, out: Pat
             verify(tmp, {"sha256": source.get("sha256"), "md5": source.get("md5")}, name)
         else:
             where = f"mirror file {mirror_file}" if mirror_file else "a mirror (DATA_MIRROR)"
-            raise FileNotFoundError(
-                f"source '{name}': no URL configured and {where} not found"
-            )
+            raise FileNotFoundError(f"source '{name}': no URL configured and {where} not found")
     record = {
         "name": name,
         "file": str(out),

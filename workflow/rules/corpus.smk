@@ -28,6 +28,7 @@ rule documents:
             {
                 "processes": threads,
                 "sample_articles": doc_entry(w.docset).get("sample_articles"),
+                "max_articles": doc_entry(w.docset).get("max_articles"),
                 "seed": C["seed"],
             }
         ),

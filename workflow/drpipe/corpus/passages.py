@@ -68,7 +68,7 @@ def load_passages(
         ids = batch.column(0).to_pylist()
         titles = batch.column(1).to_pylist()
         texts = batch.column(2).to_pylist()
-        for pid, title, text in zip(ids, titles, texts):
+        for pid, title, text in zip(ids, titles, texts, strict=True):
             if wanted is None or pid in wanted:
                 out[pid] = (title, text)
     if wanted is not None and len(out) < len(wanted):

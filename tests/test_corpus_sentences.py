@@ -1,0 +1,155 @@
+"""Sentence offsets tile every passage, for every splitter; DCSR's rule by hand."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from drpipe.corpus import cli as corpus_cli
+from drpipe.corpus.passages import PASSAGE_SCHEMA
+from drpipe.corpus.sentences import (
+    SplitterUnavailable,
+    dcsr_sentence_starts,
+    make_splitter,
+    tile,
+)
+
+DPR_SAMPLE = "dpr/psgs_w100.sample.tsv"
+
+# Words, sentence punctuation, abbreviations, numbers and odd whitespace.
+WORDS = st.sampled_from(
+    ["The", "cat", "sat", "Mr.", "U.S.", "e.g.", "1990.", "end.", "Why?", "No!", "A.", "x",
+     "(see", "it).", '"Quoted."', "Étienne", "naïve.", "...", ".", "?", "—", "l'eau"]
+)  # fmt: skip
+SPACES = st.sampled_from([" ", " ", " ", "  ", "\n", "\n\n", "\t", "\xa0"])
+TEXTS = st.builds(
+    lambda lead, pairs: lead + "".join(w + s for w, s in pairs),
+    st.sampled_from(["", " ", "\n"]),
+    st.lists(st.tuples(WORDS, SPACES), max_size=60),
+)
+
+
+def run_corpus(*argv: str, cfg: dict | None = None) -> dict | None:
+    parser = argparse.ArgumentParser(prog="drpipe")
+    corpus_cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["corpus", *argv, *(["--cfg", json.dumps(cfg)] if cfg else [])])
+    args.func(args)
+    if "--report" in argv:
+        return json.loads(Path(argv[argv.index("--report") + 1]).read_text())
+    return None
+
+
+def assert_tiles(text: str, spans: list[tuple[int, int]]) -> None:
+    assert spans, "every passage has at least one sentence"
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert end == start
+    assert all(s < e for s, e in spans) or text == ""
+    assert "".join(text[s:e] for s, e in spans) == text
+
+
+@pytest.fixture(scope="module")
+def splitters():
+    return {name: make_splitter(name) for name in ("sentencizer", "dcsr")}
+
+
+@pytest.mark.parametrize("name", ["sentencizer", "dcsr"])
+@settings(max_examples=150, deadline=None)
+@given(texts=st.lists(TEXTS, min_size=1, max_size=4))
+def test_offsets_reconstruct_generated_text(splitters, name, texts):
+    split = splitters[name]
+    results = list(split((t, i) for i, t in enumerate(texts)))
+    assert [pid for pid, _, _ in results] == list(range(len(texts)))
+    for (_, text, starts), original in zip(results, texts, strict=True):
+        assert text == original
+        assert_tiles(text, tile(len(text), starts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=300), starts=st.lists(st.integers(-5, 400)))
+def test_tile_any_candidates(text, starts):
+    assert_tiles(text, tile(len(text), starts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(max_size=400))
+def test_dcsr_any_unicode(text):
+    assert_tiles(text, tile(len(text), dcsr_sentence_starts(text)))
+
+
+def _sentences(text: str) -> list[str]:
+    return [text[s:e] for s, e in tile(len(text), dcsr_sentence_starts(text))]
+
+
+def test_dcsr_rule_by_hand():
+    eight = "one two three four five six seven eight."
+    # A sentence needs at least 8 words before it may end.
+    assert _sentences("Short one here. Then more words follow in this second sentence.") == [
+        "Short one here. Then more words follow in this second sentence."
+    ]
+    assert _sentences(f"{eight} Nine ten eleven twelve thirteen fourteen fifteen.") == [
+        f"{eight} ",
+        "Nine ten eleven twelve thirteen fourteen fifteen.",
+    ]
+    # A trailing fragment of fewer than 7 words joins the sentence before it (passage cut).
+    assert _sentences(f"{eight} Nine ten eleven twelve thirteen fourteen") == [
+        f"{eight} Nine ten eleven twelve thirteen fourteen"
+    ]
+    # No split after numbers, acronyms, initials, listed abbreviations, or before lowercase.
+    for word in ("1990.", "NASA.", "J.", "etc.", "Mr.", "U.S."):
+        text = f"one two three four five six seven {word} Next words go on here"
+        assert len(_sentences(text)) == 1, word
+    assert len(_sentences(f"{eight} next words go on here and here.")) == 1
+    assert len(_sentences(f"{eight[:-1]}! Nine ten eleven twelve thirteen fourteen fifteen?")) == 2
+
+
+def test_spacy_model_missing_says_how_to_install():
+    with pytest.raises(SplitterUnavailable, match="spacy download no_such_model_xx"):
+        make_splitter("spacy_model", model="no_such_model_xx")
+    with pytest.raises(ValueError, match="unknown splitter"):
+        make_splitter("nltk")
+
+
+@pytest.mark.parametrize("name", ["sentencizer", "dcsr"])
+def test_sentences_cli_on_dpr_passages(data_mirror, tmp_path, name):
+    passages = tmp_path / "p.parquet"
+    out = tmp_path / "s.parquet"
+    run_corpus("dpr-tsv", "--tsv", str(data_mirror / DPR_SAMPLE), "--out", str(passages))
+    report = run_corpus(
+        "sentences", "--passages", str(passages), "--out", str(out),
+        "--report", str(tmp_path / "r.json"), cfg={"splitter": name, "batch_size": 64},
+    )  # fmt: skip
+    texts = dict(
+        zip(*(pq.read_table(passages).column(c).to_pylist() for c in ("pid", "text")), strict=True)
+    )
+    table = pq.read_table(out)
+    assert table.schema.field("sent").type == pa.int32()
+    spans: dict[int, list[tuple[int, int]]] = {}
+    sent_ids: dict[int, list[int]] = {}
+    for row in table.to_pylist():
+        spans.setdefault(row["pid"], []).append((row["start"], row["end"]))
+        sent_ids.setdefault(row["pid"], []).append(row["sent"])
+    assert list(spans) == list(texts)  # passage order kept
+    for pid, text in texts.items():
+        assert_tiles(text, spans[pid])
+        assert sent_ids[pid] == list(range(len(spans[pid])))
+    assert report["passages"] == 751 and report["sentences"] == table.num_rows
+    # Real 100-word passages have several sentences each.
+    assert 3 < report["sentences_per_passage"] < 8
+
+
+def test_empty_passage_gets_one_empty_sentence(tmp_path):
+    passages = tmp_path / "p.parquet"
+    rows = [{"pid": 1, "title": "T", "text": "", "source": "s", "doc_id": 0}]
+    pq.write_table(pa.Table.from_pylist(rows, schema=PASSAGE_SCHEMA), passages)
+    run_corpus("sentences", "--passages", str(passages), "--out", str(tmp_path / "s.parquet"))
+    assert pq.read_table(tmp_path / "s.parquet").to_pylist() == [
+        {"pid": 1, "sent": 0, "start": 0, "end": 0}
+    ]

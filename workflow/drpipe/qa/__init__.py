@@ -1,0 +1,1 @@
+"""Open-domain QA data: dataset loaders into one question table, and answer matching."""

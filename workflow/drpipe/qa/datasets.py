@@ -1,0 +1,458 @@
+"""Loaders that turn each QA dataset's own file layout into one question table.
+
+Every loader returns a list of question dicts with the fields of ``QUESTION_SCHEMA``:
+``qid, question, answers, match, gold_title, gold_context``. qids come from the dataset when
+it has them, otherwise ``"{dataset}-{split}-{index}"`` (0-based record index). A malformed
+record raises ``InputError`` naming the file and the line or record.
+
+``load_questions`` applies the dataset-independent steps (empty answers, title restriction,
+seeded sampling) and returns a report that counts every dropped question by reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import logging
+import random
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from drpipe.errors import InputError
+from drpipe.io import open_text, write_parquet
+from drpipe.qa.matching import MATCH_MODES, compile_answer_regex, match_tokens, unescape_non_ascii
+
+log = logging.getLogger(__name__)
+
+QUESTION_SCHEMA = pa.schema(
+    [
+        ("qid", pa.string()),
+        ("question", pa.string()),
+        ("answers", pa.list_(pa.string())),
+        ("match", pa.string()),
+        ("gold_title", pa.string()),
+        ("gold_context", pa.string()),
+    ]
+)
+
+# Datasets whose answers are regular expressions (CuratedTREC) unless --cfg says otherwise.
+REGEX_DATASETS = frozenset({"curatedtrec", "curated", "trec", "curated_trec", "curated-trec"})
+
+Question = dict[str, Any]
+
+
+def default_match(dataset: str) -> str:
+    return "regex" if dataset.lower() in REGEX_DATASETS else "string"
+
+
+def _question(
+    path: str | Path,
+    where: str,
+    qid: str,
+    question: Any,
+    answers: Any,
+    match: str,
+    gold_title: str | None = None,
+    gold_context: str | None = None,
+) -> Question:
+    """Validate one record's fields and build the question dict."""
+    if not isinstance(question, str) or not question.strip():
+        raise InputError(path, where, f"question must be a non-empty string, got {question!r}")
+    if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+        raise InputError(path, where, f"answers must be a list of strings, got {answers!r}")
+    if match == "regex":
+        for a in answers:
+            try:
+                compile_answer_regex(a)
+            except ValueError as exc:
+                raise InputError(path, where, str(exc)) from None
+    return {
+        "qid": str(qid),
+        "question": question,
+        "answers": answers,
+        "match": match,
+        "gold_title": gold_title,
+        "gold_context": gold_context,
+    }
+
+
+def _lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    with open_text(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            line = line.rstrip("\r\n")
+            if line.strip():
+                yield lineno, line
+
+
+def _json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
+    for lineno, line in _lines(path):
+        try:
+            yield lineno, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"line {lineno}", f"invalid JSON: {exc.msg}") from None
+
+
+def _load_json(path: str | Path) -> Any:
+    try:
+        with open_text(path) as fh:
+            return json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise InputError(path, f"line {exc.lineno}", f"invalid JSON: {exc.msg}") from None
+
+
+def read_squad(
+    path: str | Path, dataset: str = "squad", split: str = "dev", match: str | None = None
+) -> list[Question]:
+    """SQuAD v1.1 JSON (.json or .json.gz): qid = SQuAD id, gold = article title + paragraph."""
+    match = match or "string"
+    data = _load_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise InputError(path, None, "not SQuAD JSON: expected an object with a 'data' list")
+    out: list[Question] = []
+    for ai, article in enumerate(data["data"]):
+        try:
+            title = article["title"].replace("_", " ")
+            paragraphs = article["paragraphs"]
+            for pi, para in enumerate(paragraphs):
+                context = para["context"]
+                for qi, qa in enumerate(para["qas"]):
+                    where = f"article {ai} paragraph {pi} question {qi} (id {qa.get('id')!r})"
+                    answers = list(dict.fromkeys(a["text"] for a in qa["answers"]))
+                    out.append(
+                        _question(
+                            path, where, qa["id"], qa["question"], answers, match, title, context
+                        )
+                    )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise InputError(path, f"article {ai}", f"malformed SQuAD record: {exc!r}") from None
+    return out
+
+
+def _answer_field(path, where, rec: dict) -> Any:
+    for key in ("answer", "answers"):
+        if key in rec:
+            return rec[key]
+    raise InputError(path, where, "record has no 'answer' field")
+
+
+def read_qa_jsonl(
+    path: str | Path, dataset: str, split: str, match: str | None = None
+) -> list[Question]:
+    """``{"question", "answer": [...]}`` per line: NQ-open and DPR/Pyserini's ``*.qa.jsonl``."""
+    match = match or default_match(dataset)
+    out: list[Question] = []
+    for index, (lineno, rec) in enumerate(_json_lines(path)):
+        where = f"line {lineno}"
+        if not isinstance(rec, dict) or "question" not in rec:
+            raise InputError(path, where, "expected a JSON object with a 'question' field")
+        qid = rec.get("qid", rec.get("id", f"{dataset}-{split}-{index}"))
+        out.append(
+            _question(path, where, qid, rec["question"], _answer_field(path, where, rec), match)
+        )
+    return out
+
+
+read_nq_open = read_qa_jsonl
+read_dpr_jsonl = read_qa_jsonl
+
+
+def read_dpr_qa_csv(
+    path: str | Path, dataset: str, split: str, match: str | None = None
+) -> list[Question]:
+    """DPR's ``*.qa.csv`` (NQ, TriviaQA, WebQ, TREC): ``question<TAB>python-list-of-answers``.
+
+    Read with the csv module like DPR, so CSV-quoted fields (answers containing quotes) parse.
+    """
+    match = match or default_match(dataset)
+    out: list[Question] = []
+    with open_text(path) as fh:
+        reader = csv.reader(fh, delimiter="\t")
+        index = 0
+        for row in reader:
+            where = f"line {reader.line_num}"
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            if len(row) != 2:
+                raise InputError(path, where, f"expected 2 tab-separated fields, got {len(row)}")
+            try:
+                answers = ast.literal_eval(row[1])
+            except (ValueError, SyntaxError) as exc:
+                raise InputError(
+                    path, where, f"answer list is not a Python literal: {row[1][:80]!r} ({exc})"
+                ) from None
+            out.append(_question(path, where, f"{dataset}-{split}-{index}", row[0], answers, match))
+            index += 1
+    return out
+
+
+def read_curatedtrec_tsv(
+    path: str | Path, dataset: str = "curatedtrec", split: str = "test", match: str | None = None
+) -> list[Question]:
+    """CuratedTREC's original ``large2180-*.tsv``: ``id, type, question, answer-regex``.
+
+    The regex field itself may contain a tab (one escaped ``\\<TAB>`` in the real train file),
+    so fields after the third are joined back with tabs.
+    """
+    match = match or "regex"
+    out: list[Question] = []
+    for lineno, line in _lines(path):
+        fields = line.split("\t")
+        if len(fields) < 4:
+            raise InputError(
+                path, f"line {lineno}", f"expected 4 tab-separated fields, got {len(fields)}"
+            )
+        qid, _qtype, question = fields[:3]
+        answer = "\t".join(fields[3:])
+        if not qid.strip():
+            raise InputError(path, f"line {lineno}", "empty question id")
+        out.append(_question(path, f"line {lineno}", qid.strip(), question, [answer], match))
+    return out
+
+
+def parse_target_value(value: str) -> list[str]:
+    """Answers of a WebQuestions ``targetValue``: ``(list (description "X") (description Y))``."""
+    s = value.strip()
+    if not (s.startswith("(list") and s.endswith(")")):
+        raise ValueError("targetValue is not '(list ...)'")
+    i, end = len("(list"), len(s) - 1
+    out: list[str] = []
+    while True:
+        while i < end and s[i].isspace():
+            i += 1
+        if i >= end:
+            return out
+        head = "(description "
+        if not s.startswith(head, i):
+            raise ValueError(f"expected '(description' at offset {i}")
+        i += len(head)
+        while i < end and s[i] == " ":
+            i += 1
+        if i < end and s[i] == '"':
+            i += 1
+            buf = []
+            while i < end and s[i] != '"':
+                if s[i] == "\\" and i + 1 < end:
+                    i += 1
+                buf.append(s[i])
+                i += 1
+            if i >= end:
+                raise ValueError("unterminated quoted description")
+            i += 1
+            item = "".join(buf)
+        else:
+            j = s.find(")", i)
+            if j < 0 or j > end:
+                raise ValueError("unterminated description")
+            item, i = s[i:j].strip(), j
+        while i < end and s[i] == " ":
+            i += 1
+        if i >= end or s[i] != ")":
+            raise ValueError(f"expected ')' at offset {i}")
+        i += 1
+        out.append(item)
+
+
+def read_webquestions(
+    path: str | Path, dataset: str = "webquestions", split: str = "test", match: str | None = None
+) -> list[Question]:
+    """The original WebQuestions JSON: a list of ``{"url", "targetValue", "utterance"}``."""
+    match = match or default_match(dataset)
+    data = _load_json(path)
+    if not isinstance(data, list):
+        raise InputError(path, None, "not WebQuestions JSON: expected a list of records")
+    out: list[Question] = []
+    for index, rec in enumerate(data):
+        where = f"record {index}"
+        if not isinstance(rec, dict) or "utterance" not in rec or "targetValue" not in rec:
+            raise InputError(path, where, "expected an object with 'utterance' and 'targetValue'")
+        try:
+            answers = parse_target_value(rec["targetValue"])
+        except (ValueError, AttributeError) as exc:
+            raise InputError(
+                path, where, f"bad targetValue {rec['targetValue']!r}: {exc}"
+            ) from None
+        qid = rec.get("qid", rec.get("id", f"{dataset}-{split}-{index}"))
+        out.append(_question(path, where, qid, rec["utterance"], answers, match))
+    return out
+
+
+def read_dpr_biencoder(
+    path: str | Path, dataset: str, split: str, match: str | None = None
+) -> list[Question]:
+    """DPR biencoder records (a JSON list, or JSON lines, optionally gzipped).
+
+    gold_title/gold_context come from ``positive_ctxs[0]`` when there is one.
+    """
+    match = match or default_match(dataset)
+    with open_text(path) as fh:
+        first = fh.read(4096).lstrip()[:1]
+    if first == "[":
+        data = _load_json(path)
+        records = ((f"record {i}", rec) for i, rec in enumerate(data))
+    else:
+        records = ((f"line {n}", rec) for n, rec in _json_lines(path))
+    out: list[Question] = []
+    for index, (where, rec) in enumerate(records):
+        if not isinstance(rec, dict) or "question" not in rec or "answers" not in rec:
+            raise InputError(path, where, "expected an object with 'question' and 'answers'")
+        positives = rec.get("positive_ctxs") or []
+        gold_title = gold_context = None
+        if positives:
+            pos = positives[0]
+            if not isinstance(pos, dict) or "text" not in pos:
+                raise InputError(path, where, "positive_ctxs[0] lacks 'text'")
+            gold_title, gold_context = pos.get("title"), pos["text"]
+        qid = rec.get("qid", rec.get("id", f"{dataset}-{split}-{index}"))
+        out.append(
+            _question(
+                path, where, qid, rec["question"], rec["answers"], match, gold_title, gold_context
+            )
+        )
+    return out
+
+
+LOADERS: dict[str, Callable[..., list[Question]]] = {
+    "squad": read_squad,
+    "nq-open": read_nq_open,
+    "dpr-qa-csv": read_dpr_qa_csv,
+    "dpr-jsonl": read_dpr_jsonl,
+    "curatedtrec-tsv": read_curatedtrec_tsv,
+    "webquestions": read_webquestions,
+    "dpr-biencoder": read_dpr_biencoder,
+}
+
+
+def load_questions(
+    fmt: str,
+    path: str | Path,
+    dataset: str,
+    split: str,
+    *,
+    match: str | None = None,
+    sample: int | None = None,
+    seed: int = 13,
+    restrict_titles: Collection[str] | None = None,
+) -> tuple[list[Question], dict[str, Any]]:
+    """Load, clean, restrict and sample one dataset split; return (questions, report).
+
+    Cleaning: answers without tokens (blank) are removed (in DPR they match every passage);
+    a question left without answers is dropped. ``restrict_titles`` keeps only questions whose
+    gold_title is in it. ``sample`` keeps a seeded random subset, in file order.
+    """
+    if fmt not in LOADERS:
+        raise ValueError(f"unknown question format {fmt!r}; expected one of {sorted(LOADERS)}")
+    if match is not None and match not in MATCH_MODES:
+        raise ValueError(f"unknown match mode {match!r}; expected one of {MATCH_MODES}")
+    questions = LOADERS[fmt](path, dataset, split, match)
+    n_records = len(questions)
+
+    seen: dict[str, int] = {}
+    for i, q in enumerate(questions):
+        if q["qid"] in seen:
+            raise InputError(path, f"question {i}", f"duplicate qid {q['qid']!r}")
+        seen[q["qid"]] = i
+
+    dropped: Counter[str] = Counter()
+    removed_answers = 0
+    kept: list[Question] = []
+    for q in questions:
+        # In string mode an answer without tokens (blank, or only control characters) would
+        # match every passage; in regex mode a blank pattern would too.
+        if q["match"] == "string":
+            answers = [a for a in q["answers"] if match_tokens(a)]
+        else:
+            answers = [a for a in q["answers"] if a.strip()]
+        removed_answers += len(q["answers"]) - len(answers)
+        q["answers"] = answers
+        if not answers:
+            dropped["no_answers"] += 1
+            continue
+        kept.append(q)
+
+    if restrict_titles is not None:
+        titles = set(restrict_titles)
+        restricted = []
+        for q in kept:
+            if q["gold_title"] is None:
+                dropped["no_gold_title"] += 1
+            elif q["gold_title"] not in titles:
+                dropped["gold_title_not_in_corpus"] += 1
+            else:
+                restricted.append(q)
+        kept = restricted
+
+    if sample is not None:
+        if sample < 0:
+            raise ValueError(f"sample must be >= 0, got {sample}")
+        if sample < len(kept):
+            chosen = sorted(random.Random(seed).sample(range(len(kept)), sample))
+            dropped["not_sampled"] += len(kept) - sample
+            kept = [kept[i] for i in chosen]
+
+    # Matching drops these backslashes (see drpipe.qa.matching); DPR never matched them.
+    unescaped = [
+        (q["qid"], a)
+        for q in kept
+        if q["match"] == "regex"
+        for a in q["answers"]
+        if unescape_non_ascii(a) != a
+    ]
+    for qid, a in unescaped:
+        log.info("qid %s: regex answer %r has escaped non-ASCII characters", qid, a)
+
+    report = {
+        "format": fmt,
+        "input": str(path),
+        "dataset": dataset,
+        "split": split,
+        "match": sorted({q["match"] for q in questions}),
+        "n_records": n_records,
+        "n_questions": len(kept),
+        "dropped": dict(sorted(dropped.items())),
+        "empty_answer_strings_removed": removed_answers,
+        "regex_answers_with_escaped_non_ascii": len(unescaped),
+        "sample": sample,
+        "seed": seed,
+        "restricted_to_titles": None if restrict_titles is None else len(set(restrict_titles)),
+    }
+    log.info(
+        "%s %s/%s: %d records -> %d questions; dropped %s; %d empty answer strings removed",
+        path,
+        dataset,
+        split,
+        n_records,
+        len(kept),
+        report["dropped"] or "none",
+        removed_answers,
+    )
+    return kept, report
+
+
+def questions_table(questions: list[Question]) -> pa.Table:
+    cols = {name: [q[name] for q in questions] for name in QUESTION_SCHEMA.names}
+    return pa.Table.from_pydict(cols, schema=QUESTION_SCHEMA)
+
+
+def write_questions(path: str | Path, questions: list[Question]) -> None:
+    write_parquet(path, questions_table(questions))
+
+
+def read_questions(path: str | Path) -> list[Question]:
+    """Read a questions Parquet file (``QUESTION_SCHEMA``) into question dicts, in file order."""
+    table = pq.read_table(path)
+    missing = [n for n in QUESTION_SCHEMA.names if n not in table.column_names]
+    if missing:
+        raise InputError(path, None, f"questions table lacks columns {missing}")
+    rows = table.select(QUESTION_SCHEMA.names).to_pylist()
+    for i, q in enumerate(rows):
+        if q["match"] not in MATCH_MODES:
+            raise InputError(path, f"row {i} (qid {q['qid']!r})", f"bad match mode {q['match']!r}")
+        if q["answers"] is None:
+            raise InputError(path, f"row {i} (qid {q['qid']!r})", "answers is null")
+    return rows
