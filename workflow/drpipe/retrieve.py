@@ -1,0 +1,387 @@
+"""Dense retrieval with a model's question encoder over a FAISS index, and DPR's BM25+dense hybrid.
+
+``retrieve``: encode every question of a questions table, search the index for the top
+``top_k`` passages by inner product, write a run (``qid, rank, pid, score``).
+
+``hybrid`` (DPR section 5): take the union of the BM25 run's passages for a question (all of
+them: the run's depth, ideally >= 2000) and the dense top ``depth`` (2000), and rerank the
+union by ``BM25(q,p) + lambda * sim(q,p)`` (lambda = 1.1 in DPR). Scores a list lacks:
+
+- sim of a passage only BM25 found: computed exactly, ``q . p`` with ``p`` read from the
+  stored embedding shards;
+- BM25 score of a passage only the dense search found: the lowest BM25 score in that
+  question's BM25 list (0 if the question has no BM25 hits) — the convention of pyserini's
+  ``HybridSearcher``; the true BM25 score is at most that value, as the passage ranked below
+  the BM25 cut-off.
+
+Ties are broken by pid so runs are deterministic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from drpipe.bm25 import RUN_SCHEMA  # the contract's run schema, shared by every run
+from drpipe.cliutil import add_cfg
+from drpipe.errors import InputError
+from drpipe.io import progress, write_json, write_parquet
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CFG: dict[str, Any] = {
+    "top_k": 100,
+    "batch_size": 128,
+    "max_query_len": 64,  # null: the model's own max_query_len
+    "bf16": "auto",
+    "index_type": None,  # when set, the index must be of this type (catches mixed-up paths)
+    "use_gpu": "auto",
+    "ef_search": None,  # null: the value stored with the index
+    "nprobe": None,
+    "threads": None,
+}
+DEFAULT_HYBRID_CFG: dict[str, Any] = {**DEFAULT_CFG, "lambda": 1.1, "depth": 2000}
+
+
+def merged_cfg(cfg: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(cfg) - set(defaults)
+    if unknown:
+        raise SystemExit(f"error: --cfg has unknown keys {sorted(unknown)}")
+    return {**defaults, **cfg}
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs and outputs
+
+
+def read_questions(path: str | Path) -> tuple[list[str], list[str]]:
+    """``(qids, questions)`` in file order; a null or duplicate qid or null question is an error."""
+    table = pq.read_table(path, columns=["qid", "question"])
+    qids = table.column("qid").to_pylist()
+    questions = table.column("question").to_pylist()
+    seen: set[str] = set()
+    for row, (qid, q) in enumerate(zip(qids, questions, strict=True)):
+        if qid is None or q is None:
+            raise InputError(path, f"row {row}", "null qid or question")
+        if qid in seen:
+            raise InputError(path, f"row {row}", f"duplicate qid {qid!r}")
+        seen.add(qid)
+    return qids, questions
+
+
+def read_run(path: str | Path, qids: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """A run as ``{qid: (pids int64, scores float64)}`` in rank order; qids must be known."""
+    table = pq.read_table(path, columns=["qid", "rank", "pid", "score"])
+    known = {q: i for i, q in enumerate(qids)}
+    run_qids = table.column("qid").to_pylist()
+    rank = table.column("rank").to_numpy()
+    pid = table.column("pid").to_numpy()
+    score = table.column("score").to_numpy().astype(np.float64)
+    codes = np.empty(len(run_qids), dtype=np.int64)
+    for row, q in enumerate(run_qids):
+        if q not in known:
+            raise InputError(path, f"row {row}", f"qid {q!r} is not in the questions file")
+        codes[row] = known[q]
+    order = np.lexsort((rank, codes))
+    codes, rank, pid, score = codes[order], rank[order], pid[order], score[order]
+    bounds = np.flatnonzero(np.diff(codes)) + 1
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(codes)], strict=True):
+        if lo == hi:
+            continue
+        p = pid[lo:hi]
+        if len(np.unique(p)) != len(p):
+            raise InputError(path, f"qid {qids[codes[lo]]!r}", "a pid occurs twice in its list")
+        out[qids[codes[lo]]] = (p, score[lo:hi])
+    return out
+
+
+def run_table(qids: list[str], pids: list[np.ndarray], scores: list[np.ndarray]) -> pa.Table:
+    """Rows ``(qid, rank, pid, score)``, per question in the given order, ranks from 1."""
+    lens = [len(p) for p in pids]
+    qid_col = np.repeat(np.asarray(qids, dtype=object), lens)
+    rank_col = np.concatenate([np.arange(1, n + 1, dtype=np.int32) for n in lens] or [[]])
+    cat = np.concatenate(pids) if pids else np.empty(0, np.int64)
+    cats = np.concatenate(scores) if scores else np.empty(0)
+    return pa.Table.from_arrays(
+        [
+            pa.array(qid_col, type=pa.string()),
+            pa.array(rank_col.astype(np.int32), type=pa.int32()),
+            pa.array(cat.astype(np.int64), type=pa.int64()),
+            pa.array(cats.astype(np.float64), type=pa.float64()),
+        ],
+        schema=RUN_SCHEMA,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Dense retrieval
+
+
+def encode_questions(model, questions: list[str], cfg: dict[str, Any]) -> np.ndarray:
+    """Question vectors float32 [n, d] from a loaded ``BiEncoder``'s query encoder."""
+    from drpipe.encoders import encode_texts, select_device, use_bf16
+
+    device = select_device()
+    return encode_texts(
+        model.query.to(device), model.tokenizer, questions,
+        batch_size=int(cfg["batch_size"]),
+        max_length=int(cfg["max_query_len"] or model.max_query_len),
+        bf16=use_bf16(cfg["bf16"], device), device=device,
+    )  # fmt: skip
+
+
+def _open_index(index_path: str | Path, cfg: dict[str, Any]):
+    from drpipe.index import DenseIndex
+
+    index = DenseIndex.load(
+        index_path, use_gpu=cfg["use_gpu"], ef_search=cfg["ef_search"], nprobe=cfg["nprobe"]
+    )
+    if cfg["index_type"] and cfg["index_type"] != index.kind:
+        raise InputError(
+            index_path, None, f"index is {index.kind!r}, cfg says {cfg['index_type']!r}"
+        )
+    return index
+
+
+def _prepare(model_dir, questions_path, cfg, model):
+    from drpipe.encode import set_threads
+    from drpipe.encoders import BiEncoder
+
+    set_threads(cfg["threads"])
+    qids, questions = read_questions(questions_path)
+    model = model if model is not None else BiEncoder.load(model_dir)
+    t0 = time.perf_counter()
+    qvecs = encode_questions(model, questions, cfg)
+    return qids, qvecs, time.perf_counter() - t0
+
+
+def dense_lists(scores: np.ndarray, pids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per-question hit lists from padded search results (padding: pid -1)."""
+    keep = pids >= 0
+    return [p[k] for p, k in zip(pids, keep, strict=True)], [
+        s[k] for s, k in zip(scores, keep, strict=True)
+    ]
+
+
+def retrieve(
+    model_dir: str | Path,
+    index_path: str | Path,
+    questions_path: str | Path,
+    out: str | Path,
+    cfg: dict[str, Any],
+    *,
+    model=None,
+) -> dict[str, Any]:
+    """Dense top-``top_k`` run for every question; returns the report."""
+    cfg = merged_cfg(cfg, DEFAULT_CFG)
+    index = _open_index(index_path, cfg)
+    qids, qvecs, enc_s = _prepare(model_dir, questions_path, cfg, model)
+    t0 = time.perf_counter()
+    scores, pids = index.search(qvecs, int(cfg["top_k"]))
+    search_s = time.perf_counter() - t0
+    plist, slist = dense_lists(scores, pids)
+    write_parquet(out, run_table(qids, plist, slist))
+    short = sum(1 for p in plist if len(p) < int(cfg["top_k"]))
+    report = {
+        "method": "dense",
+        "index": str(index_path),
+        "index_type": index.kind,
+        "n_index": index.n,
+        "n_questions": len(qids),
+        "top_k": int(cfg["top_k"]),
+        "n_questions_short_list": short,
+        "encode_seconds": round(enc_s, 3),
+        "search_seconds": round(search_s, 3),
+        "questions_per_second_search": round(len(qids) / search_s, 1) if search_s > 0 else None,
+    }
+    if short:
+        log.warning("%d questions got fewer than top_k=%d hits", short, cfg["top_k"])
+    log.info("dense run of %d questions -> %s", len(qids), out)
+    return report
+
+
+# --------------------------------------------------------------------------------------------
+# Hybrid
+
+
+def fuse(
+    bm25_pids: np.ndarray,
+    bm25_scores: np.ndarray,
+    dense_pids: np.ndarray,
+    dense_scores: np.ndarray,
+    sim_of: Callable[[np.ndarray], np.ndarray],
+    lam: float,
+    top_k: int,
+) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """Rerank the union of one question's BM25 and dense lists by ``BM25 + lam * sim``.
+
+    ``sim_of(pids)`` returns exact inner products for pids the dense list lacks. A pid the
+    BM25 list lacks gets the list's lowest BM25 score (0 when the list is empty). Returns
+    ``(pids, fused scores, counts)`` of the top ``top_k``, best first, ties by pid.
+    """
+    bm25_pids = np.asarray(bm25_pids, dtype=np.int64)
+    dense_pids = np.asarray(dense_pids, dtype=np.int64)
+    union = np.union1d(bm25_pids, dense_pids)
+    floor = float(np.min(bm25_scores)) if len(bm25_scores) else 0.0
+    bm25 = np.full(len(union), floor, dtype=np.float64)
+    bm25[np.searchsorted(union, bm25_pids)] = bm25_scores
+    sim = np.empty(len(union), dtype=np.float64)
+    in_dense = np.zeros(len(union), dtype=bool)
+    at = np.searchsorted(union, dense_pids)
+    sim[at] = dense_scores
+    in_dense[at] = True
+    if (~in_dense).any():
+        sim[~in_dense] = sim_of(union[~in_dense])
+    fused = bm25 + lam * sim
+    order = np.lexsort((union, -fused))[:top_k]
+    counts = {
+        "union": len(union),
+        "only_bm25": int((~in_dense).sum()),
+        "only_dense": len(union) - len(bm25_pids),
+    }
+    return union[order], fused[order], counts
+
+
+def hybrid(
+    model_dir: str | Path,
+    index_path: str | Path,
+    embeddings: list[str | Path],
+    bm25_run: str | Path,
+    questions_path: str | Path,
+    out: str | Path,
+    cfg: dict[str, Any],
+    *,
+    model=None,
+) -> dict[str, Any]:
+    """DPR's BM25 + lambda * dense hybrid run (see the module docstring); returns the report."""
+    from drpipe.index import VectorLookup, open_shards
+
+    cfg = merged_cfg(cfg, DEFAULT_HYBRID_CFG)
+    lam, depth, top_k = float(cfg["lambda"]), int(cfg["depth"]), int(cfg["top_k"])
+    index = _open_index(index_path, cfg)
+    lookup = VectorLookup(open_shards(embeddings))
+    if lookup.shards.n != index.n:
+        raise InputError(
+            embeddings[0], None, f"shards hold {lookup.shards.n} vectors, index {index.n}"
+        )
+    qids, qvecs, enc_s = _prepare(model_dir, questions_path, cfg, model)
+    bm25 = read_run(bm25_run, qids)
+    t0 = time.perf_counter()
+    d_scores, d_pids = index.search(qvecs, min(depth, index.n))
+    dense_p, dense_s = dense_lists(d_scores, d_pids)
+
+    out_p, out_s = [], []
+    totals = {"union": 0, "only_bm25": 0, "only_dense": 0}
+    no_bm25 = 0
+    empty = (np.empty(0, np.int64), np.empty(0, np.float64))
+    for i, qid in enumerate(progress(qids, desc="hybrid", unit="q")):
+        b_p, b_s = bm25.get(qid, empty)
+        no_bm25 += len(b_p) == 0
+        q = qvecs[i].astype(np.float64)
+
+        def sim_of(pids: np.ndarray, q=q, qid=qid) -> np.ndarray:
+            try:
+                return lookup.get(pids).astype(np.float64) @ q
+            except KeyError as exc:
+                raise InputError(
+                    bm25_run, f"qid {qid!r}", f"BM25 run names unknown passages: {exc}"
+                ) from None
+
+        p, s, counts = fuse(b_p, b_s, dense_p[i], dense_s[i], sim_of, lam, top_k)
+        out_p.append(p)
+        out_s.append(s)
+        for k in totals:
+            totals[k] += counts[k]
+    fuse_s = time.perf_counter() - t0
+    write_parquet(out, run_table(qids, out_p, out_s))
+
+    depths = [len(v[0]) for v in bm25.values()]
+    if depths and max(depths) < depth:
+        log.warning("BM25 run %s is only %d deep (hybrid depth %d)", bm25_run, max(depths), depth)
+    if no_bm25:
+        log.warning("%d questions have no BM25 hits: ranked by the dense score alone", no_bm25)
+    nq = max(len(qids), 1)
+    report = {
+        "method": "hybrid",
+        "lambda": lam,
+        "dense_depth": depth,
+        "top_k": top_k,
+        "index": str(index_path),
+        "index_type": index.kind,
+        "bm25_run": str(bm25_run),
+        "bm25_depth_min": min(depths) if depths else 0,
+        "bm25_depth_max": max(depths) if depths else 0,
+        "n_questions": len(qids),
+        "n_questions_without_bm25": int(no_bm25),
+        "mean_union_size": totals["union"] / nq,
+        "mean_only_bm25": totals["only_bm25"] / nq,
+        "mean_only_dense": totals["only_dense"] / nq,
+        "missing_bm25_score": "lowest BM25 score of the question's list (pyserini convention)",
+        "missing_dense_score": "exact inner product with the stored passage vector",
+        "encode_seconds": round(enc_s, 3),
+        "search_and_fuse_seconds": round(fuse_s, 3),
+    }
+    log.info("hybrid run of %d questions -> %s", len(qids), out)
+    return report
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+
+
+def _cmd_retrieve(args: argparse.Namespace) -> int:
+    report = retrieve(args.model, args.index, args.questions, args.out, args.cfg)
+    write_json(args.report, report)
+    return 0
+
+
+def _cmd_hybrid(args: argparse.Namespace) -> int:
+    report = hybrid(
+        args.model, args.index, args.embeddings, args.bm25_run, args.questions, args.out, args.cfg
+    )
+    write_json(args.report, report)
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="model directory (its query encoder is used)")
+    p.add_argument("--index", required=True, help="index built by `drpipe index`")
+    p.add_argument("--questions", required=True, help="questions table (Parquet)")
+    p.add_argument("--out", required=True, help="run (Parquet: qid, rank, pid, score)")
+    p.add_argument("--report", required=True, help="JSON report (counts, timings)")
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "retrieve",
+        help="dense retrieval of the questions' top-k passages",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="cfg defaults: " + json.dumps(DEFAULT_CFG),
+    )
+    _common(p)
+    add_cfg(p)
+    p.set_defaults(func=_cmd_retrieve)
+
+    h = sub.add_parser(
+        "hybrid",
+        help="DPR's BM25 + lambda * dense rerank of the union of both top lists",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="cfg defaults: " + json.dumps(DEFAULT_HYBRID_CFG),
+    )
+    _common(h)
+    h.add_argument("--embeddings", nargs="+", required=True, help="the index's shard-*.npy files")
+    h.add_argument("--bm25-run", required=True, help="BM25 run (Parquet), ideally 2000 deep")
+    add_cfg(h)
+    h.set_defaults(func=_cmd_hybrid)
