@@ -25,7 +25,7 @@ def test_every_scale_validates_and_mini_is_default():
 
 def test_scale_overlay_and_command_line_precedence():
     squad = resolve(RAW, SCHEMA, {"scale": "squad"})
-    assert squad["qa"]["squad"]["train"]["sample"] == 10000  # from the overlay
+    assert squad["qa"]["squad"]["train"]["sample"] == 5000  # from the overlay
     assert squad["encode"]["shards"] == 4
     over = resolve(RAW, SCHEMA, {"scale": "squad", "encode": {"shards": 7}})
     assert over["encode"]["shards"] == 7  # --config wins over the overlay

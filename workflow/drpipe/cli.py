@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 
+from drpipe.cliutil import merge_threads
 from drpipe.errors import InputError
 from drpipe.io import setup_logging
 
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    merge_threads(args)
     setup_logging(args.verbose)
     try:
         result = args.func(args)

@@ -30,6 +30,17 @@ def add_cfg(parser: argparse.ArgumentParser) -> None:
         default={},
         help="JSON object: the config slice this step uses (passed by the Snakemake rule)",
     )
+    # Kept out of --cfg: the cores a job gets are a scheduling matter, not a result-changing
+    # setting (and Snakemake ignores params derived from `threads` when deciding reruns).
+    parser.add_argument(
+        "--threads", type=int, default=None, help="cores this step may use (sets cfg.threads)"
+    )
+
+
+def merge_threads(args: argparse.Namespace) -> None:
+    """Fold ``--threads`` into ``args.cfg['threads']``."""
+    if getattr(args, "threads", None) is not None and hasattr(args, "cfg"):
+        args.cfg = {**args.cfg, "threads": args.threads}
 
 
 def need(cfg: dict[str, Any], key: str, where: str = "--cfg") -> Any:

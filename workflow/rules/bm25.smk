@@ -14,10 +14,11 @@ rule bm25_index:
         "../../envs/java.yaml"
     threads: C["threads"]
     params:
-        cfg=lambda w, threads: cfg_json({"threads": threads, "java": C["bm25"]["java"]}),
+        cfg=cfg_json({"java": C["bm25"]["java"]}),
         code=code("bm25.py"),
     shell:
-        "drpipe bm25 index --passages {input:q} --out {output:q} --cfg {params.cfg:q} 2> {log:q}"
+        "drpipe bm25 index --passages {input:q} --out {output:q} --cfg {params.cfg:q}"
+        " --threads {threads} 2> {log:q}"
 
 
 rule bm25_search:
@@ -36,12 +37,11 @@ rule bm25_search:
         "../../envs/java.yaml"
     threads: C["threads"]
     params:
-        cfg=lambda w, threads: cfg_json(
+        cfg=lambda w: cfg_json(
             {
                 "k1": C["bm25"]["k1"],
                 "b": C["bm25"]["b"],
                 "hits": bm25_depth(w.split),
-                "threads": threads,
                 "java": C["bm25"]["java"],
             }
         ),
@@ -49,4 +49,4 @@ rule bm25_search:
     shell:
         "drpipe bm25 search --index {input.index:q} --questions {input.questions:q}"
         " --out {output.run:q} --trec {output.trec:q} --report {output.report:q}"
-        " --cfg {params.cfg:q} 2> {log:q}"
+        " --cfg {params.cfg:q} --threads {threads} 2> {log:q}"

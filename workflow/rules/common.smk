@@ -162,19 +162,18 @@ def index_file(w):
     return f"results/index/{w.method}/{w.train_set}/{C['index']['type']}.faiss"
 
 
-def retrieve_cfg(threads, **extra):
-    return cfg_json(
-        {
-            **C["retrieve"],
-            "index_type": C["index"]["type"],
-            "ef_search": C["index"]["hnsw"]["ef_search"],
-            "nprobe": C["index"]["ivfpq"]["nprobe"],
-            "max_query_len": C["encoder"]["max_query_len"],
-            "bf16": C["encoder"]["bf16"],
-            "threads": threads,
-            **extra,
-        }
-    )
+def retrieve_cfg(lambda_=None, depth=None):
+    cfg = {
+        **C["retrieve"],
+        "index_type": C["index"]["type"],
+        "ef_search": C["index"]["hnsw"]["ef_search"],
+        "nprobe": C["index"]["ivfpq"]["nprobe"],
+        "max_query_len": C["encoder"]["max_query_len"],
+        "bf16": C["encoder"]["bf16"],
+    }
+    if lambda_ is not None:
+        cfg.update({"lambda": lambda_, "depth": depth})
+    return cfg_json(cfg)
 
 
 # --- tables ---

@@ -24,9 +24,8 @@ rule documents:
     params:
         command=lambda w: DOC_COMMAND[doc_entry(w.docset)["kind"]][0],
         flag=lambda w: DOC_COMMAND[doc_entry(w.docset)["kind"]][1],
-        cfg=lambda w, threads: cfg_json(
+        cfg=lambda w: cfg_json(
             {
-                "processes": threads,
                 "sample_articles": doc_entry(w.docset).get("sample_articles"),
                 "max_articles": doc_entry(w.docset).get("max_articles"),
                 "seed": C["seed"],
@@ -35,7 +34,7 @@ rule documents:
         code=code("corpus"),
     shell:
         "drpipe corpus {params.command} {params.flag} {input:q} --out {output.docs:q}"
-        " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
+        " --report {output.report:q} --cfg {params.cfg:q} --threads {threads} 2> {log:q}"
 
 
 if C["corpus"]["passages_tsv"]:

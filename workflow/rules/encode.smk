@@ -21,16 +21,15 @@ rule encode:
         gpu=lambda w: 1 if SCALE == "paper" else 0,
     params:
         num_shards=C["encode"]["shards"],
-        cfg=lambda w, threads: cfg_json(
+        cfg=cfg_json(
             {
                 **C["encode"],
                 "max_passage_len": method_config(C, "dpr")["max_passage_len"],
                 "bf16": C["encoder"]["bf16"],
-                "threads": threads,
             }
         ),
         code=code("encoders.py", "encode.py", "corpus/passages.py"),
     shell:
         "drpipe encode --model {input.model:q} --passages {input.passages:q}"
         " --shard {wildcards.shard} --num-shards {params.num_shards} --out {output.vectors:q}"
-        " --cfg {params.cfg:q} 2> {log:q}"
+        " --cfg {params.cfg:q} --threads {threads} 2> {log:q}"

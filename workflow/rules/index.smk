@@ -22,4 +22,5 @@ rule build_index:
         cfg=lambda w: cfg_json({**C["index"], "type": w.itype, "seed": C["seed"]}),
         code=code("index.py"),
     shell:
-        "drpipe index --embeddings {input:q} --out {output.index:q} --cfg {params.cfg:q} 2> {log:q}"
+        "drpipe index --embeddings {input:q} --out {output.index:q} --cfg {params.cfg:q}"
+        " --threads {threads} 2> {log:q}"

@@ -19,12 +19,12 @@ rule retrieve:
         "../../envs/cpu.yaml"
     threads: C["threads"]
     params:
-        cfg=lambda w, threads: retrieve_cfg(threads),
+        cfg=retrieve_cfg(),
         code=code("encoders.py", "index.py", "retrieve.py"),
     shell:
         "drpipe retrieve --model {input.model:q} --index {input.index:q}"
         " --questions {input.questions:q} --out {output.run:q} --report {output.report:q}"
-        " --cfg {params.cfg:q} 2> {log:q}"
+        " --cfg {params.cfg:q} --threads {threads} 2> {log:q}"
 
 
 rule hybrid:
@@ -47,12 +47,10 @@ rule hybrid:
         "../../envs/cpu.yaml"
     threads: C["threads"]
     params:
-        cfg=lambda w, threads: retrieve_cfg(
-            threads, **{"lambda": C["hybrid"]["lambda"], "depth": C["hybrid"]["depth"]}
-        ),
+        cfg=retrieve_cfg(lambda_=C["hybrid"]["lambda"], depth=C["hybrid"]["depth"]),
         code=code("encoders.py", "index.py", "retrieve.py"),
     shell:
         "drpipe hybrid --model {input.model:q} --index {input.index:q}"
         " --embeddings {input.embeddings:q} --bm25-run {input.bm25:q}"
         " --questions {input.questions:q} --out {output.run:q} --report {output.report:q}"
-        " --cfg {params.cfg:q} 2> {log:q}"
+        " --cfg {params.cfg:q} --threads {threads} 2> {log:q}"

@@ -20,13 +20,11 @@ rule train:
         gpu=lambda w: 1 if SCALE == "paper" else 0,
     params:
         base=lambda w: w.method.split(".")[0],
-        cfg=lambda w, threads: cfg_json(
-            {**method_config(C, w.method), "threads": threads}
-        ),
+        cfg=lambda w: cfg_json(method_config(C, w.method)),
         code=code("encoders.py", "methods", "training.py"),
     shell:
         "drpipe train --method {params.base} --train {input:q} --out {output.model:q}"
-        " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
+        " --report {output.report:q} --cfg {params.cfg:q} --threads {threads} 2> {log:q}"
 
 
 rule init_model:

@@ -41,7 +41,7 @@ def _wiki(args: argparse.Namespace) -> None:
     counts = extract_wiki(
         args.dump,
         args.out,
-        processes=int(cfg.get("processes", 1)),
+        processes=int(cfg.get("processes") or cfg.get("threads") or 1),
         chunk_size=int(cfg.get("chunk_size", 32)),
         keep_sections=bool(cfg.get("keep_sections", False)),
         title_in_text=bool(cfg.get("title_in_text", True)),
@@ -52,7 +52,7 @@ def _wiki(args: argparse.Namespace) -> None:
         "input_bytes": _size(args.dump),
         "output": str(args.out),
         "output_bytes": _size(args.out),
-        "processes": int(cfg.get("processes", 1)),
+        "processes": int(cfg.get("processes") or cfg.get("threads") or 1),
         **counts,
     }
     _finish(args, "wiki", report, t0)
