@@ -3,7 +3,7 @@
 #        snakemake --profile profiles/slurm --config scale=paper results/table2.csv
 
 
-configfile: "config.yaml"
+configfile: workflow.source_path("config.yaml")
 
 
 include: "workflow/rules/common.smk"
