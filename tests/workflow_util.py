@@ -18,8 +18,10 @@ def snakemake(
     workdir: Path, *args: str, overlay: dict | None = None, check: bool = True, timeout: int = 1200
 ) -> subprocess.CompletedProcess:
     """Run the repository's Snakefile with results under ``workdir``."""
+    # Targets and flags first: --configfile (below) takes every word after it.
     cmd = [
         str(SNAKEMAKE),
+        *args,
         "-s",
         str(REPO / "Snakefile"),
         "--directory",
@@ -35,7 +37,6 @@ def snakemake(
         path = workdir / f"overlay-{abs(hash(yaml.safe_dump(overlay))) % 10**8}.yaml"
         path.write_text(yaml.safe_dump(overlay))
         cmd.append(str(path))
-    cmd += list(args)
     env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if check and proc.returncode != 0:
