@@ -36,7 +36,7 @@ from drpipe.corpus.passages import num_passages
 from drpipe.corpus.sources import squad_documents
 from drpipe.evaluate import top_k_accuracy
 from drpipe.io import setup_logging, write_json, write_parquet
-from drpipe.qa.datasets import read_squad, write_questions
+from drpipe.qa.datasets import read_questions, read_squad, write_questions
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         meta = bm25.build_index(passages, tmp / "index", {"threads": args.threads})
         index_s = time.perf_counter() - t0
 
-        qids, texts = bm25.read_questions_for_search(questions)
+        texts = [q["question"] for q in read_questions(questions)]
         topics = tmp / "topics.tsv"
         bm25.write_topics(texts, topics)
         ours, theirs = [], []
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         summary, _ = top_k_accuracy(tmp / "run.parquet", questions, passages)
         n_psg = num_passages(passages)
 
-    n_q = len(qids)
+    n_q = len(texts)
     result = {
         "benchmark": "bm25_search",
         "corpus": "SQuAD-open: 490 SQuAD v1.1 articles, 100-word passages",

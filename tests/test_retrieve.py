@@ -22,7 +22,8 @@ from drpipe.encode import encode_shard, ids_path_for
 from drpipe.errors import InputError
 from drpipe.index import VectorLookup, open_shards
 from drpipe.io import write_parquet
-from drpipe.retrieve import RUN_SCHEMA, fuse, read_run
+from drpipe.retrieve import fuse
+from drpipe.runs import RUN_SCHEMA, read_run
 
 N_ARTICLES = 3
 N_QUESTIONS = 30
@@ -206,13 +207,14 @@ def write_run(path, rows):
 def test_read_run_checks_qids_and_duplicates(tmp_path):
     path = tmp_path / "run.parquet"
     got = read_run(
-        write_run(path, [("b", 2, 7, 1.0), ("a", 1, 5, 3.0), ("b", 1, 8, 2.0)]), ["a", "b", "c"]
+        write_run(path, [("b", 2, 7, 1.0), ("a", 1, 5, 3.0), ("b", 1, 8, 2.0)]),
+        qids=["a", "b", "c"],
     )
     assert got["b"][0].tolist() == [8, 7] and "c" not in got
     with pytest.raises(InputError, match="not in the questions file"):
-        read_run(write_run(path, [("z", 1, 5, 3.0)]), ["a"])
+        read_run(write_run(path, [("z", 1, 5, 3.0)]), qids=["a"])
     with pytest.raises(InputError, match="occurs twice"):
-        read_run(write_run(path, [("a", 1, 5, 3.0), ("a", 2, 5, 2.0)]), ["a"])
+        read_run(write_run(path, [("a", 1, 5, 3.0), ("a", 2, 5, 2.0)]), qids=["a"])
 
 
 # ------------------------------------------------------------------------------ encoding

@@ -325,3 +325,33 @@ def test_real_minilm_short_run_lowers_loss(tmp_path, data_mirror):
     assert report["steps"] == 6 and report["n_train"] == 12
     after = loss_of(BiEncoder.load(tmp_path / "m").eval())
     assert after < before
+
+
+def test_cli_nproc_relaunches_under_torchrun(tmp_path, tiny_bert, train_file):
+    """`drpipe train --nproc 2` (what the rule passes from the job's GPU count) runs two gloo
+    processes through torchrun and ends where one process ends."""
+    import subprocess
+    import sys
+
+    from drpipe.training import torchrun_argv
+
+    assert torchrun_argv(2, ["train", "--nproc", "2", "--out", "x"]) == [
+        "--standalone", "--nproc-per-node=2", "-m", "drpipe.cli", "train", "--out", "x",
+    ]  # fmt: skip
+    cfg = json.dumps(ddp_loop_cfg(tiny_bert))
+    drpipe = Path(sys.executable).with_name("drpipe")
+    cmd = [str(drpipe), "train", "--method", "dpr", "--train", str(train_file), "--cfg", cfg]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for name, extra in (("one", ["--nproc", "1"]), ("two", ["--nproc", "2"])):
+        out = [*cmd, "--out", str(tmp_path / name), "--report", str(tmp_path / f"{name}.json")]
+        proc = subprocess.run([*out, *extra], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    one = json.loads((tmp_path / "one.json").read_text())
+    two = json.loads((tmp_path / "two.json").read_text())
+    assert one["world_size"] == 1 and two["world_size"] == 2
+    assert [c["loss"] for c in two["train_curve"]] == pytest.approx(
+        [c["loss"] for c in one["train_curve"]], rel=1e-5
+    )
+    a, b = state_of(tmp_path / "one"), state_of(tmp_path / "two")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5)

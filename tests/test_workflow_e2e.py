@@ -53,10 +53,18 @@ TINY = {
     # Two Table 3 schemes (1-of-N with gold negatives; in-batch + one BM25 negative) and one
     # Figure 1 training-set size keep the ablation targets real but small.
     "tables": {
-        "table3": {"dataset": "squad", "split": "test", "train_set": "squad",
-                   "variants": ["t3_gold_7", "t3_gbm25_1_31"]},
-        "figure1": {"dataset": "squad", "split": "test", "train_set": "squad",
-                    "variants": ["f1_n100"]},
+        "table3": {
+            "dataset": "squad",
+            "split": "test",
+            "train_set": "squad",
+            "variants": ["t3_gold_7", "t3_gbm25_1_31"],
+        },
+        "figure1": {
+            "dataset": "squad",
+            "split": "test",
+            "train_set": "squad",
+            "variants": ["f1_n100"],
+        },
     },
 }
 TARGETS = ("all", "results/dpr/table3.csv", "results/dpr/figure1.png")

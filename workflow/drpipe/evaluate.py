@@ -18,44 +18,12 @@ import pyarrow as pa
 
 from drpipe.cliutil import add_cfg, need
 from drpipe.errors import InputError
+from drpipe.runs import read_run
 
 log = logging.getLogger(__name__)
 
 DEFAULT_KS = (1, 5, 20, 100)
 PER_QUESTION_SCHEMA = pa.schema([("qid", pa.string()), ("first_hit_rank", pa.int32())])
-
-
-def read_run(path: str | Path, depth: int | None = None) -> dict[str, list[int]]:
-    """``{qid: [pid at rank 1, rank 2, ...]}`` of a run, cut at ``depth``.
-
-    Ranks of each question must be 1..n without gaps or repeats.
-    """
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(path, columns=["qid", "rank", "pid"])
-    if depth is not None:  # rows beyond depth are never looked at
-        table = table.filter(pc.less_equal(table.column("rank"), depth))
-    qids = table.column("qid").to_pylist()
-    ranks = table.column("rank").to_pylist()
-    pids = table.column("pid").to_pylist()
-    rows: dict[str, list[tuple[int, int]]] = {}
-    for qid, rank, pid in zip(qids, ranks, pids, strict=True):
-        if qid is None or rank is None or pid is None:
-            raise InputError(path, f"qid {qid!r} rank {rank!r}", "null qid, rank or pid")
-        rows.setdefault(qid, []).append((rank, pid))
-    out: dict[str, list[int]] = {}
-    for qid, items in rows.items():
-        items.sort()
-        for expect, (rank, _) in enumerate(items, 1):
-            if rank != expect:
-                raise InputError(
-                    path,
-                    f"qid {qid!r}",
-                    f"ranks must be 1..n without gaps or repeats; saw {rank} at position {expect}",
-                )
-        out[qid] = [pid for _, pid in items]
-    return out
 
 
 def first_hit_ranks(
@@ -100,13 +68,8 @@ def top_k_accuracy(
         raise ValueError(f"ks must be positive integers, got {ks}")
     depth = max(ks) if depth is None else int(depth)
     questions = read_questions(questions_path)
-    run = read_run(run_path, depth)
-    known = {q["qid"] for q in questions}
-    extra = [qid for qid in run if qid not in known]
-    if extra:
-        raise InputError(
-            run_path, f"qid {extra[0]!r}", f"{len(extra)} run qids are not in {questions_path}"
-        )
+    hits = read_run(run_path, depth, qids=[q["qid"] for q in questions])
+    run = {qid: pids.tolist() for qid, (pids, _scores) in hits.items()}
     needed = {pid for pids in run.values() for pid in pids}
     try:
         passages = load_passages(passages_path, needed)

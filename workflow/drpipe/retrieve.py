@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from drpipe.bm25 import RUN_SCHEMA  # the contract's run schema, shared by every run
 from drpipe.cliutil import add_cfg
 from drpipe.errors import InputError
-from drpipe.io import progress, write_json, write_parquet
+from drpipe.io import progress, write_json
+from drpipe.qa.datasets import read_questions
+from drpipe.runs import read_run, run_table, write_run
 
 log = logging.getLogger(__name__)
 
@@ -57,70 +56,6 @@ def merged_cfg(cfg: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise SystemExit(f"error: --cfg has unknown keys {sorted(unknown)}")
     return {**defaults, **cfg}
-
-
-# --------------------------------------------------------------------------------------------
-# Inputs and outputs
-
-
-def read_questions(path: str | Path) -> tuple[list[str], list[str]]:
-    """``(qids, questions)`` in file order; a null or duplicate qid or null question is an error."""
-    table = pq.read_table(path, columns=["qid", "question"])
-    qids = table.column("qid").to_pylist()
-    questions = table.column("question").to_pylist()
-    seen: set[str] = set()
-    for row, (qid, q) in enumerate(zip(qids, questions, strict=True)):
-        if qid is None or q is None:
-            raise InputError(path, f"row {row}", "null qid or question")
-        if qid in seen:
-            raise InputError(path, f"row {row}", f"duplicate qid {qid!r}")
-        seen.add(qid)
-    return qids, questions
-
-
-def read_run(path: str | Path, qids: list[str]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """A run as ``{qid: (pids int64, scores float64)}`` in rank order; qids must be known."""
-    table = pq.read_table(path, columns=["qid", "rank", "pid", "score"])
-    known = {q: i for i, q in enumerate(qids)}
-    run_qids = table.column("qid").to_pylist()
-    rank = table.column("rank").to_numpy()
-    pid = table.column("pid").to_numpy()
-    score = table.column("score").to_numpy().astype(np.float64)
-    codes = np.empty(len(run_qids), dtype=np.int64)
-    for row, q in enumerate(run_qids):
-        if q not in known:
-            raise InputError(path, f"row {row}", f"qid {q!r} is not in the questions file")
-        codes[row] = known[q]
-    order = np.lexsort((rank, codes))
-    codes, rank, pid, score = codes[order], rank[order], pid[order], score[order]
-    bounds = np.flatnonzero(np.diff(codes)) + 1
-    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(codes)], strict=True):
-        if lo == hi:
-            continue
-        p = pid[lo:hi]
-        if len(np.unique(p)) != len(p):
-            raise InputError(path, f"qid {qids[codes[lo]]!r}", "a pid occurs twice in its list")
-        out[qids[codes[lo]]] = (p, score[lo:hi])
-    return out
-
-
-def run_table(qids: list[str], pids: list[np.ndarray], scores: list[np.ndarray]) -> pa.Table:
-    """Rows ``(qid, rank, pid, score)``, per question in the given order, ranks from 1."""
-    lens = [len(p) for p in pids]
-    qid_col = np.repeat(np.asarray(qids, dtype=object), lens)
-    rank_col = np.concatenate([np.arange(1, n + 1, dtype=np.int32) for n in lens] or [[]])
-    cat = np.concatenate(pids) if pids else np.empty(0, np.int64)
-    cats = np.concatenate(scores) if scores else np.empty(0)
-    return pa.Table.from_arrays(
-        [
-            pa.array(qid_col, type=pa.string()),
-            pa.array(rank_col.astype(np.int32), type=pa.int32()),
-            pa.array(cat.astype(np.int64), type=pa.int64()),
-            pa.array(cats.astype(np.float64), type=pa.float64()),
-        ],
-        schema=RUN_SCHEMA,
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -158,7 +93,8 @@ def _prepare(model_dir, questions_path, cfg, model):
     from drpipe.encoders import BiEncoder
 
     set_threads(cfg["threads"])
-    qids, questions = read_questions(questions_path)
+    rows = read_questions(questions_path)
+    qids, questions = [q["qid"] for q in rows], [q["question"] for q in rows]
     model = model if model is not None else BiEncoder.load(model_dir)
     t0 = time.perf_counter()
     qvecs = encode_questions(model, questions, cfg)
@@ -190,7 +126,7 @@ def retrieve(
     scores, pids = index.search(qvecs, int(cfg["top_k"]))
     search_s = time.perf_counter() - t0
     plist, slist = dense_lists(scores, pids)
-    write_parquet(out, run_table(qids, plist, slist))
+    write_run(out, run_table(qids, plist, slist))
     short = sum(1 for p in plist if len(p) < int(cfg["top_k"]))
     report = {
         "method": "dense",
@@ -275,7 +211,7 @@ def hybrid(
             embeddings[0], None, f"shards hold {lookup.shards.n} vectors, index {index.n}"
         )
     qids, qvecs, enc_s = _prepare(model_dir, questions_path, cfg, model)
-    bm25 = read_run(bm25_run, qids)
+    bm25 = read_run(bm25_run, qids=qids)
     t0 = time.perf_counter()
     d_scores, d_pids = index.search(qvecs, min(depth, index.n))
     dense_p, dense_s = dense_lists(d_scores, d_pids)
@@ -303,7 +239,7 @@ def hybrid(
         for k in totals:
             totals[k] += counts[k]
     fuse_s = time.perf_counter() - t0
-    write_parquet(out, run_table(qids, out_p, out_s))
+    write_run(out, run_table(qids, out_p, out_s))
 
     depths = [len(v[0]) for v in bm25.values()]
     if depths and max(depths) < depth:

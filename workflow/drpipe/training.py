@@ -60,7 +60,8 @@ import numpy as np
 
 from drpipe.cliutil import add_cfg, need
 from drpipe.errors import InputError
-from drpipe.io import atomic_path, open_text, progress, read_jsonl, write_json
+from drpipe.io import atomic_path, progress, write_json
+from drpipe.qa.mining import CTX_LISTS, read_biencoder
 
 log = logging.getLogger(__name__)
 
@@ -96,49 +97,16 @@ CKPT_FILE = "state.pt"
 # ---------------------------------------------------------------- examples and data order
 
 
-def _slim_ctx(ctx: Any, path: Path, where: str) -> dict:
-    if not isinstance(ctx, dict) or not isinstance(ctx.get("text"), str):
-        raise InputError(path, where, "a context must be an object with a 'text' string")
-    return {k: ctx[k] for k in CTX_KEYS if k in ctx}
-
-
-def _slim_example(rec: Any, path: Path, where: str) -> dict:
-    """Keep what training reads; raise on malformed records."""
-    if not isinstance(rec, dict):
-        raise InputError(path, where, "a training example must be a JSON object")
-    q = rec.get("question")
-    if not isinstance(q, str) or not q.strip():
-        raise InputError(path, where, "missing or empty 'question'")
-    out = {"question": q}
-    if "qid" in rec:
-        out["qid"] = rec["qid"]
-    for key in ("positive_ctxs", "negative_ctxs", "hard_negative_ctxs"):
-        ctxs = rec.get(key) or []
-        if not isinstance(ctxs, list):
-            raise InputError(path, where, f"'{key}' must be a list")
-        out[key] = [_slim_ctx(c, path, f"{where}, {key}[{i}]") for i, c in enumerate(ctxs)]
-    return out
-
-
 def read_examples(path: str | Path) -> tuple[list[dict], int]:
     """Training examples of a JSON-lines file or a DPR ``.json`` list, and the number discarded
-    for lacking a positive passage."""
-    path = Path(path)
-    with open_text(path) as fh:
-        head = fh.read(4096).lstrip()
-    if head.startswith("["):
-        with open_text(path) as fh:
-            try:
-                records = json.load(fh)
-            except json.JSONDecodeError as exc:
-                raise InputError(path, None, f"invalid JSON: {exc.msg}") from None
-        where = "record {}"
-    else:
-        records = read_jsonl(path)
-        where = "line {}"
+    for lacking a positive passage. Only what training reads is kept."""
     kept, dropped = [], 0
-    for i, rec in enumerate(records, 1):
-        ex = _slim_example(rec, path, where.format(i))
+    for rec in read_biencoder(path, normalize=False):
+        ex = {"question": rec["question"]}
+        if "qid" in rec:
+            ex["qid"] = rec["qid"]
+        for key in CTX_LISTS:
+            ex[key] = [{k: c[k] for k in CTX_KEYS if k in c} for c in rec.get(key) or []]
         if ex["positive_ctxs"]:
             kept.append(ex)
         else:
@@ -638,7 +606,30 @@ def init_model(out_dir: str | Path, cfg: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- CLI
 
 
+def torchrun_argv(nproc: int, argv: Sequence[str]) -> list[str]:
+    """Arguments for ``torch.distributed.run`` that start this same command on ``nproc``
+    local processes (one per GPU; gloo on CPU), minus the ``--nproc`` option itself."""
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            rest.append(a)
+    return ["--standalone", f"--nproc-per-node={nproc}", "-m", "drpipe.cli", *rest]
+
+
 def _train(args: argparse.Namespace) -> int:
+    if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
+        # Snakemake starts one job per rule; torchrun fans it out to the job's GPUs.
+        import sys
+
+        from torch.distributed.run import main as torchrun
+
+        log.info("starting %d processes with torchrun", args.nproc)
+        torchrun(torchrun_argv(args.nproc, sys.argv[1:]))
+        return 0
     report = train_model(
         args.method,
         args.train,
@@ -669,6 +660,12 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, type=Path, help="model directory to write")
     p.add_argument("--report", type=Path, help="JSON report: curves, speed, counts")
     p.add_argument("--stop-after", type=int, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="processes (GPUs) to train on; >1 relaunches this command under torchrun",
+    )
     add_cfg(p)
     p.set_defaults(func=_train)
 

@@ -24,7 +24,8 @@ rule train:
         code=code("encoders.py", "methods", "training.py"),
     shell:
         "drpipe train --method {params.base} --train {input:q} --out {output.model:q}"
-        " --report {output.report:q} --cfg {params.cfg:q} --threads {threads} 2> {log:q}"
+        " --report {output.report:q} --cfg {params.cfg:q} --threads {threads}"
+        " --nproc {resources.gpu} 2> {log:q}"
 
 
 rule init_model:

@@ -443,16 +443,39 @@ def write_questions(path: str | Path, questions: list[Question]) -> None:
     write_parquet(path, questions_table(questions))
 
 
+REQUIRED_QUESTION_COLUMNS = ("qid", "question", "answers", "match")  # gold columns optional
+
+
 def read_questions(path: str | Path) -> list[Question]:
-    """Read a questions Parquet file (``QUESTION_SCHEMA``) into question dicts, in file order."""
+    """The one reader of a questions Parquet (``QUESTION_SCHEMA``): question dicts in file order.
+
+    ``gold_title``/``gold_context`` may be absent (then None); null answer strings are dropped.
+    A missing column, a null or duplicate qid, a null question, a bad match mode or null
+    answers raise ``InputError`` naming the file and the row.
+    """
     table = pq.read_table(path)
-    missing = [n for n in QUESTION_SCHEMA.names if n not in table.column_names]
+    missing = [n for n in REQUIRED_QUESTION_COLUMNS if n not in table.column_names]
     if missing:
         raise InputError(path, None, f"questions table lacks columns {missing}")
-    rows = table.select(QUESTION_SCHEMA.names).to_pylist()
+    gold = [n for n in QUESTION_SCHEMA.names if n not in REQUIRED_QUESTION_COLUMNS]
+    rows = table.select([n for n in QUESTION_SCHEMA.names if n in table.column_names]).to_pylist()
+    seen: set[str] = set()
     for i, q in enumerate(rows):
+        qid = q["qid"]
+        if qid is None:
+            raise InputError(path, f"row {i}", "qid is null")
+        if qid in seen:
+            raise InputError(path, f"row {i}", f"duplicate qid {qid!r}")
+        seen.add(qid)
+        where = f"row {i} (qid {qid!r})"
+        if q["question"] is None:
+            raise InputError(path, where, "question is null")
         if q["match"] not in MATCH_MODES:
-            raise InputError(path, f"row {i} (qid {q['qid']!r})", f"bad match mode {q['match']!r}")
+            raise InputError(path, where, f"bad match mode {q['match']!r}")
         if q["answers"] is None:
-            raise InputError(path, f"row {i} (qid {q['qid']!r})", "answers is null")
+            raise InputError(path, where, "answers is null")
+        if None in q["answers"]:
+            q["answers"] = [a for a in q["answers"] if a is not None]
+        for name in gold:
+            q.setdefault(name, None)
     return rows

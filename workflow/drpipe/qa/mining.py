@@ -32,12 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from drpipe.corpus.passages import iter_passages, num_passages
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, open_text, progress, read_jsonl
+from drpipe.qa.datasets import read_questions
 from drpipe.qa.matching import AnswerMatcher, has_answer
+from drpipe.runs import read_run
 
 log = logging.getLogger(__name__)
 
@@ -90,43 +91,6 @@ class _Question:
 
 
 # --------------------------------------------------------------------------- inputs
-
-
-def read_questions(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a questions Parquet (gold columns optional); bad rows raise InputError."""
-    table = pq.read_table(path)
-    names = set(table.column_names)
-    for col in ("qid", "question", "answers", "match"):
-        if col not in names:
-            raise InputError(path, None, f"missing column {col!r}")
-    rows = table.to_pylist()
-    seen: set[str] = set()
-    for i, row in enumerate(rows):
-        if row["qid"] is None or row["qid"] in seen:
-            raise InputError(path, f"row {i}", f"null or duplicate qid {row['qid']!r}")
-        seen.add(row["qid"])
-        if row["match"] not in ("string", "regex"):
-            raise InputError(path, f"row {i} (qid {row['qid']})", f"bad match {row['match']!r}")
-        row["answers"] = [a for a in (row["answers"] or []) if a is not None]
-        row.setdefault("gold_title", None)
-        row.setdefault("gold_context", None)
-    return rows
-
-
-def read_run(path: str | Path, depth: int) -> dict[str, list[tuple[int, float]]]:
-    """``{qid: [(pid, score), ...]}`` of a run Parquet, top ``depth`` by rank."""
-    table = pq.read_table(path, columns=["qid", "rank", "pid", "score"])
-    table = table.filter(table.column("rank").to_numpy() <= depth)
-    table = table.sort_by([("qid", "ascending"), ("rank", "ascending")])
-    out: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for qid, pid, score in zip(
-        table.column("qid").to_pylist(),
-        table.column("pid").to_pylist(),
-        table.column("score").to_pylist(),
-        strict=True,
-    ):
-        out[qid].append((pid, score))
-    return dict(out)
 
 
 # --------------------------------------------------------------------------- gold matching
@@ -239,14 +203,12 @@ def mine(
     """Mine DPR biencoder records (in questions-file order) and a report of what was kept."""
     conf = cfg if isinstance(cfg, MiningConfig) else MiningConfig.from_cfg(cfg)
     rows = read_questions(questions_path)
-    run = read_run(run_path, conf.depth)
-    unknown = set(run) - {r["qid"] for r in rows}
-    if unknown:
-        raise InputError(run_path, None, f"{len(unknown)} qids not in {questions_path}, "
-                         f"e.g. {sorted(unknown)[:3]}")  # fmt: skip
+    run = read_run(run_path, conf.depth, qids=[r["qid"] for r in rows])
     questions = []
+    no_hits = (np.empty(0, np.int64), np.empty(0, np.float64))
     for r in rows:
-        ranking = run.get(r["qid"], [])
+        pids, scores = run.get(r["qid"], no_hits)
+        ranking = list(zip(pids.tolist(), scores.tolist(), strict=True))
         questions.append(
             _Question(
                 qid=r["qid"],
@@ -389,9 +351,36 @@ def _dataset_name(questions_path: str | Path) -> str:
 # --------------------------------------------------------------------------- DPR JSON I/O
 
 
-def _normalize_ctx(ctx: Any, path: str | Path, where: str) -> dict[str, Any]:
-    if not isinstance(ctx, dict) or "text" not in ctx:
-        raise InputError(path, where, "context is not an object with 'text'")
+CTX_LISTS = ("positive_ctxs", "negative_ctxs", "hard_negative_ctxs")
+
+
+def check_record(rec: Any, path: str | Path, where: str) -> None:
+    """Raise InputError unless ``rec`` is a well-formed biencoder record.
+
+    A record is an object with a non-empty 'question' string, 'answers' (if present) a list,
+    and each ctx list (if present and not null) a list of objects with a 'text' string.
+    """
+    if not isinstance(rec, dict):
+        raise InputError(path, where, "not an object with a 'question' string")
+    q = rec.get("question")
+    if not isinstance(q, str) or not q.strip():
+        raise InputError(path, where, "missing or empty 'question' string")
+    if not isinstance(rec.get("answers", []), list):
+        raise InputError(path, where, "'answers' is not a list")
+    for key in CTX_LISTS:
+        ctxs = rec.get(key)
+        if ctxs is None:
+            continue
+        if not isinstance(ctxs, list):
+            raise InputError(path, where, f"'{key}' is not a list")
+        for j, ctx in enumerate(ctxs):
+            if not isinstance(ctx, dict) or not isinstance(ctx.get("text"), str):
+                raise InputError(
+                    path, f"{where}, {key}[{j}]", "context is not an object with a 'text' string"
+                )
+
+
+def _normalize_ctx(ctx: dict[str, Any], path: str | Path, where: str) -> dict[str, Any]:
     out = dict(ctx)
     pid = ctx.get("passage_id", ctx.get("psg_id"))
     try:
@@ -405,28 +394,34 @@ def _normalize_ctx(ctx: Any, path: str | Path, where: str) -> dict[str, Any]:
     return out
 
 
-def normalize_record(rec: Any, path: str | Path, index: int) -> dict[str, Any]:
-    """One biencoder record with int passage ids, float scores and all three ctx lists."""
-    where = f"record {index}"
-    if not isinstance(rec, dict) or not isinstance(rec.get("question"), str):
-        raise InputError(path, where, "not an object with a 'question' string")
-    if not isinstance(rec.get("answers", []), list):
-        raise InputError(path, where, "'answers' is not a list")
+def normalize_record(
+    rec: Any, path: str | Path, index: int, where: str | None = None
+) -> dict[str, Any]:
+    """One checked biencoder record with int passage ids, float scores and all three ctx lists.
+
+    ``index`` is the 0-based record number (the qid of records without one, as in DPR's
+    released files); ``where`` names the record in errors (default ``record <index>``).
+    """
+    where = where or f"record {index}"
+    check_record(rec, path, where)
     out = dict(rec)
     out.setdefault("qid", str(index))  # DPR's released files carry no question id
     out.setdefault("answers", [])
-    for key in ("positive_ctxs", "negative_ctxs", "hard_negative_ctxs"):
-        ctxs = rec.get(key, [])
-        if not isinstance(ctxs, list):
-            raise InputError(path, where, f"'{key}' is not a list")
-        out[key] = [_normalize_ctx(c, path, f"{where}, {key}[{j}]") for j, c in enumerate(ctxs)]
+    for key in CTX_LISTS:
+        out[key] = [
+            _normalize_ctx(c, path, f"{where}, {key}[{j}]")
+            for j, c in enumerate(rec.get(key) or [])
+        ]
     return out
 
 
-def read_biencoder(path: str | Path) -> Iterator[dict[str, Any]]:
+def read_biencoder(path: str | Path, *, normalize: bool = True) -> Iterator[dict[str, Any]]:
     """Records of our ``.jsonl(.gz)`` or DPR's released ``.json`` list (gz or plain).
 
-    A JSON list is loaded whole (as DPR's own loader does); JSON lines are streamed.
+    A JSON list is loaded whole (as DPR's own loader does); JSON lines are streamed. Errors
+    name ``record <i>`` (0-based) of a JSON list or ``line <n>`` of JSON lines. Every record
+    is checked (``check_record``); ``normalize=False`` yields the checked records as read,
+    without ``normalize_record``'s conversions (passage ids then need not be integers).
     """
     with open_text(path) as fh:
         head = fh.read(4096).lstrip()
@@ -436,11 +431,15 @@ def read_biencoder(path: str | Path) -> Iterator[dict[str, Any]]:
                 data = json.load(fh)
             except json.JSONDecodeError as exc:
                 raise InputError(path, None, f"invalid JSON: {exc}") from None
-        for i, rec in enumerate(data):
-            yield normalize_record(rec, path, i)
+        located = ((i, f"record {i}", rec) for i, rec in enumerate(data))
     else:
-        for i, rec in enumerate(read_jsonl(path)):
-            yield normalize_record(rec, path, i)
+        located = ((i, f"line {i + 1}", rec) for i, rec in enumerate(read_jsonl(path)))
+    for i, where, rec in located:
+        if normalize:
+            yield normalize_record(rec, path, i, where)
+        else:
+            check_record(rec, path, where)
+            yield rec
 
 
 def write_dpr_json(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
@@ -453,7 +452,7 @@ def write_dpr_json(path: str | Path, records: Iterable[dict[str, Any]]) -> int:
             fh.write("[")
             for rec in records:
                 out = dict(rec)
-                for key in ("positive_ctxs", "negative_ctxs", "hard_negative_ctxs"):
+                for key in CTX_LISTS:
                     out[key] = [{**c, "passage_id": str(c["passage_id"])} for c in rec.get(key, [])]
                 fh.write(("\n" if n == 0 else ",\n") + json.dumps(out, ensure_ascii=False))
                 n += 1
