@@ -133,6 +133,9 @@ def test_collate_negative_types(holder, kind):
     # Passages are "[CLS] title [SEP] text [SEP]".
     text = holder.tok.decode(b.passages["input_ids"][0], skip_special_tokens=False)
     assert text.startswith("[CLS] t100 [SEP] passage number 100 [SEP]")
+    # ...with all-zero segment ids, as DPR's encoders are called.
+    if "token_type_ids" in b.passages:
+        assert int(b.passages["token_type_ids"].abs().sum()) == 0
 
 
 def test_one_of_n_needs_negatives():

@@ -162,8 +162,13 @@ def tokenize_queries(
 def tokenize_passages(
     tokenizer, titles: Sequence[str], texts: Sequence[str], max_length: int
 ) -> dict[str, torch.Tensor]:
-    """``[CLS] title [SEP] text [SEP]``, truncated to ``max_length`` (the text loses tokens first)."""
-    return tokenizer(
+    """``[CLS] title [SEP] text [SEP]``, truncated to ``max_length`` (the text loses tokens first).
+
+    Segment ids are all 0, as in DPR's code (its encoders are called with zero segments):
+    the [SEP] alone marks the title, and an encoder pretrained on single segments (such as
+    all-MiniLM-L6-v2) is not fed a segment embedding it never learned.
+    """
+    batch = tokenizer(
         [t or "" for t in titles],
         list(texts),
         truncation="longest_first",
@@ -171,6 +176,9 @@ def tokenize_passages(
         padding=True,
         return_tensors="pt",
     )
+    if "token_type_ids" in batch:
+        batch["token_type_ids"] = torch.zeros_like(batch["token_type_ids"])
+    return batch
 
 
 class BiEncoder(nn.Module):
