@@ -3,31 +3,19 @@ through the whole corpus stage (wiki -> chunk -> sentences)."""
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from cli_util import run_corpus
 
-from drpipe.corpus import cli as corpus_cli
 from drpipe.corpus.chunk import chunk_words
 from drpipe.corpus.passages import PASSAGE_SCHEMA, iter_passages, num_passages
 from drpipe.corpus.wiki import DOC_SCHEMA
 
 WIKI_SAMPLE = "wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
-
-
-def run_corpus(*argv: str, cfg: dict | None = None) -> dict | None:
-    parser = argparse.ArgumentParser(prog="drpipe")
-    corpus_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["corpus", *argv, *(["--cfg", json.dumps(cfg)] if cfg else [])])
-    args.func(args)
-    if "--report" in argv:
-        return json.loads(Path(argv[argv.index("--report") + 1]).read_text())
-    return None
 
 
 def _words(prefix: str, n: int) -> str:

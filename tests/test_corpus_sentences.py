@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from cli_util import run_corpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from drpipe.corpus import cli as corpus_cli
 from drpipe.corpus.passages import PASSAGE_SCHEMA
 from drpipe.corpus.sentences import (
     SplitterUnavailable,
@@ -34,16 +30,6 @@ TEXTS = st.builds(
     st.sampled_from(["", " ", "\n"]),
     st.lists(st.tuples(WORDS, SPACES), max_size=60),
 )
-
-
-def run_corpus(*argv: str, cfg: dict | None = None) -> dict | None:
-    parser = argparse.ArgumentParser(prog="drpipe")
-    corpus_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["corpus", *argv, *(["--cfg", json.dumps(cfg)] if cfg else [])])
-    args.func(args)
-    if "--report" in argv:
-        return json.loads(Path(argv[argv.index("--report") + 1]).read_text())
-    return None
 
 
 def assert_tiles(text: str, spans: list[tuple[int, int]]) -> None:

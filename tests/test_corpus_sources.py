@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from cli_util import run_corpus
 
-from drpipe.corpus import cli as corpus_cli
 from drpipe.corpus.sources import (
     iter_dpr_tsv,
     sample_article_indices,
@@ -23,16 +21,6 @@ from drpipe.errors import InputError
 DPR_SAMPLE = "dpr/psgs_w100.sample.tsv"
 SQUAD_DEV = "squad/squad-dev-v1.1.reconstructed.json.gz"
 SQUAD_TRAIN = "squad/squad-train-v1.1.reconstructed.json.gz"
-
-
-def run_corpus(*argv: str, cfg: dict | None = None) -> dict | None:
-    parser = argparse.ArgumentParser(prog="drpipe")
-    corpus_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["corpus", *argv, *(["--cfg", json.dumps(cfg)] if cfg else [])])
-    args.func(args)
-    if "--report" in argv:
-        return json.loads(Path(argv[argv.index("--report") + 1]).read_text())
-    return None
 
 
 # ----------------------------------------------------------------------------- SQuAD

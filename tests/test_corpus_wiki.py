@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import bz2
-import json
 import re
 from collections import Counter
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from cli_util import run_corpus
 
-from drpipe.corpus import cli as corpus_cli
 from drpipe.corpus.wiki import (
     Page,
     drop_reason,
@@ -28,16 +25,6 @@ MARKUP = re.compile(
     r"\{\||\|\}|\{\{|\}\}|<ref|</ref|^\s*\|-|^\s*\|\s*\w+\s*=|infobox|\[\[|\]\]|<\w+[^>]*>",
     re.IGNORECASE | re.MULTILINE,
 )
-
-
-def run_corpus(*argv: str, cfg: dict | None = None) -> dict | None:
-    parser = argparse.ArgumentParser(prog="drpipe")
-    corpus_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["corpus", *argv, *(["--cfg", json.dumps(cfg)] if cfg else [])])
-    args.func(args)
-    if "--report" in argv:
-        return json.loads(Path(argv[argv.index("--report") + 1]).read_text())
-    return None
 
 
 @pytest.fixture(scope="module")
