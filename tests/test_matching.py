@@ -14,6 +14,7 @@ from drpipe.qa.matching import (
     compile_answer_regex,
     has_answer,
     match_tokens,
+    regex_compiles,
     tokenize,
     unescape_non_ascii,
 )
@@ -132,14 +133,26 @@ def test_tokenizer():
     assert match_tokens("Amélie") == ["ame\u0301lie"]  # NFD keeps the combining mark in the token
 
 
+# CuratedTREC answers with a backslash before a non-ASCII letter that, after NFD, is a bad
+# escape: DPR's regex_match cannot compile them, so they never match (qid -> escaped letter).
+DPR_UNCOMPILABLE = {
+    "test": {"10025": "ě", "231": "é", "1144": "ö"},
+    "train": {"46": "ú", "147": "ō", "712": "é"},
+}
+
+
 def test_curatedtrec_regexes_compile_and_match(data_mirror):
     for split in ("test", "train"):
         questions = read_curatedtrec_tsv(
             data_mirror / f"curatedtrec/large2180-{split}.tsv", "curatedtrec", split
         )
+        bad = {q["qid"] for q in questions for a in q["answers"] if not regex_compiles(a, "regex")}
+        assert bad == set(DPR_UNCOMPILABLE[split])
         for q in questions:
             for a in q["answers"]:
-                compile_answer_regex(a)
+                compile_answer_regex(a, repaired=True)  # the repaired reading compiles them all
+                if q["qid"] in bad:
+                    assert "\\" + DPR_UNCOMPILABLE[split][q["qid"]] in a
     test = read_curatedtrec_tsv(
         data_mirror / "curatedtrec/large2180-test.tsv", "curatedtrec", "test"
     )
@@ -165,18 +178,58 @@ def test_curatedtrec_regexes_compile_and_match(data_mirror):
     assert all(q["match"] == "regex" for q in dpr)
 
 
+def dpr_reference_regex_match(answers, text):
+    """Oracle after DPR's has_answer/regex_match: NFD both, compile or return False, search."""
+    text = unicodedata.normalize("NFD", text)
+    for answer in answers:
+        try:
+            pattern = regex.compile(
+                unicodedata.normalize("NFD", answer),
+                flags=regex.IGNORECASE + regex.UNICODE + regex.MULTILINE,
+            )
+        except BaseException:
+            continue
+        if pattern.search(text) is not None:
+            return True
+    return False
+
+
+def test_regex_mode_agrees_with_dpr_on_real_curatedtrec(data_mirror):
+    test = read_dpr_jsonl(data_mirror / "dpr/curatedtrec-test.qa.jsonl", "curatedtrec", "test")
+    texts = [q["question"] for q in test[:200]]  # real text with many of the answers in it
+    texts += ["Mount Sněžka", "Marshal Philippe Pétain", "Sultan Kösen"]
+    hits = 0
+    m = AnswerMatcher(dict(enumerate(texts)))
+    for q in test:
+        expected = [dpr_reference_regex_match(q["answers"], t) for t in texts]
+        assert m.hits(q["answers"], "regex", range(len(texts))) == expected, q["qid"]
+        hits += sum(expected)
+    assert hits > 0
+
+
 def test_regex_semantics():
     # Substring search, as DPR: "China" matches inside "Chinatown".
     assert has_answer(["China"], "Chinatown, San Francisco", "regex")
     assert has_answer([r"^\s*nine\s*$"], "eight\n nine \nten", "regex")  # MULTILINE
     assert has_answer(["Röntgen"], "Ro\u0308ntgen", "regex")  # NFD on both sides
-    # Escaped non-ASCII letters (from CuratedTREC) keep their literal meaning after NFD.
+    # DPR (default "regex"): escaped non-ASCII letters are used as given. After NFD "\ě" is
+    # "\e" + caron, a bad escape: the pattern does not compile and matches nothing, as DPR's
+    # regex_match returns False; "\ñ" is "\n" + tilde, a newline: it compiles, never matches.
+    assert not regex_compiles(r"Sne[zž]ka|Sn\ě\žka", "regex")
+    assert not has_answer([r"Sne[zž]ka|Sn\ě\žka"], "Mount Sněžka", "regex")
+    assert not has_answer([r"the Ni\ña"], "sailed on the Niña", "regex")
+    # The repaired reading (an option, not DPR) keeps their literal meaning after NFD.
     assert unescape_non_ascii(r"Sn\ě\žka|a\\ä\.") == r"Sněžka|a\\ä\."
-    assert has_answer([r"Sne[zž]ka|Sn\ě\žka"], "Mount Sněžka", "regex")
-    assert has_answer([r"the Ni\ña"], "sailed on the Niña", "regex")
-    assert not has_answer([r"the Ni\ña"], "sailed on the Nina", "regex")
+    assert regex_compiles(r"Sne[zž]ka|Sn\ě\žka", "regex_repaired")
+    assert has_answer([r"Sne[zž]ka|Sn\ě\žka"], "Mount Sněžka", "regex_repaired")
+    assert has_answer([r"the Ni\ña"], "sailed on the Niña", "regex_repaired")
+    assert not has_answer([r"the Ni\ña"], "sailed on the Nina", "regex_repaired")
+    # A pattern that does not compile is no match (DPR), and does not hide the other answers.
+    for mode in ("regex", "regex_repaired"):
+        assert not has_answer(["(unclosed"], "text (unclosed", mode)
+        assert has_answer(["(unclosed", "text"], "text", mode)
     with pytest.raises(ValueError, match=r"answer regex '\(unclosed' does not compile"):
-        has_answer(["(unclosed"], "text", "regex")
+        compile_answer_regex("(unclosed")
     with pytest.raises(ValueError, match="unknown match mode"):
         has_answer(["a"], "a", "exact")
 

@@ -217,6 +217,28 @@ def test_bad_biencoder_record_names_file_and_record(tmp_path):
         list(read_biencoder(bad))
 
 
+def test_read_biencoder_bad_files_name_file_and_line(data_mirror, tmp_path):
+    from drpipe.errors import InputError
+
+    records = json.loads((data_mirror / "dpr/biencoder-nq-dev.sample.json").read_text())
+    # Blank lines count: the error names the physical line of the bad record.
+    lines = [json.dumps(r) for r in records[:2]] + ["", json.dumps({"answers": []})]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=r"bad.jsonl, line 4: missing or empty 'question'"):
+        list(read_biencoder(bad))
+    # A truncated .json.gz of DPR's layout, and a JSON value that is not a list of records.
+    full = gzip.compress(json.dumps(records).encode(), mtime=0)
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(full[: len(full) // 2])
+    with pytest.raises(InputError, match=r"cut.json.gz, line 1: truncated or corrupt"):
+        list(read_biencoder(cut))
+    obj = tmp_path / "obj.json"
+    obj.write_text("[1, 2")
+    with pytest.raises(InputError, match=r"obj.json, line 1: invalid JSON"):
+        list(read_biencoder(obj))
+
+
 def test_cli(squad, tmp_path):
     root, _ = squad
     parser = argparse.ArgumentParser()

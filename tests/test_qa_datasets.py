@@ -229,12 +229,6 @@ def _write(path: Path, text: str) -> Path:
             r"line 2: expected 4 tab-separated fields, got 3",
         ),
         (
-            "curatedtrec-tsv",
-            "t.tsv",
-            "1\tfactoid\tWho?\tBob|(Alice\n",
-            r"line 1: answer regex .* does not compile",
-        ),
-        (
             "squad",
             "s.json",
             '{"data": [{"title": "T", "paragraphs": [{"context": "c", "qas": [{"id": "1", "question": "q"}]}]}]}',
@@ -271,7 +265,64 @@ def test_empty_answers_dropped_and_counted(tmp_path):
     questions, report = load_questions("nq-open", path, "ds", "dev")
     assert [q["question"] for q in questions] == ["a"] and questions[0]["answers"] == ["x"]
     assert report["dropped"] == {"no_answers": 2}
+    assert report["dropped_examples"] == {"no_answers": ["ds-dev-1", "ds-dev-2"]}
     assert report["empty_answer_strings_removed"] == 3
+
+
+def test_dropped_examples_name_at_most_five_qids_per_reason(tmp_path, data_mirror):
+    lines = [json.dumps({"id": f"q{i}", "question": f"q {i}?", "answer": []}) for i in range(8)]
+    lines.append(json.dumps({"id": "keep", "question": "k?", "answer": ["x"]}))
+    path = _write(tmp_path / "q.jsonl", "\n".join(lines) + "\n")
+    questions, report = load_questions("dpr-jsonl", path, "ds", "dev")
+    assert [q["qid"] for q in questions] == ["keep"]
+    assert report["dropped"] == {"no_answers": 8}
+    assert report["dropped_examples"] == {"no_answers": ["q0", "q1", "q2", "q3", "q4"]}
+    # Every reason gets its own list (real SQuAD dev, restricted and sampled).
+    titles = {"Super Bowl 50", "Warsaw"}
+    kept, report = load_questions(
+        "squad", data_mirror / SQUAD_DEV, "squad", "dev", sample=10, restrict_titles=titles
+    )
+    examples = report["dropped_examples"]
+    assert set(examples) == {"gold_title_not_in_corpus", "not_sampled"}
+    assert all(len(v) == 5 for v in examples.values())
+    kept_ids = {q["qid"] for q in kept}
+    assert not kept_ids & set(examples["not_sampled"])
+
+
+def test_curatedtrec_regex_that_does_not_compile_is_kept_and_counted(tmp_path):
+    # DPR's regex_match returns False for a pattern that does not compile: the question stays
+    # (it counts in the accuracy denominator) and the report counts it.
+    path = _write(
+        tmp_path / "t.tsv",
+        "1\tfactoid\tWho?\tBob|(Alice\n2\tfactoid\tWhere?\tParis\n",
+    )
+    questions, report = load_questions("curatedtrec-tsv", path, "curatedtrec", "test")
+    assert [q["qid"] for q in questions] == ["1", "2"]
+    assert report["regex_answers_not_compiling"] == 1
+    assert report["regex_answers_not_compiling_examples"][0]["qid"] == "1"
+    assert "does not compile" in report["regex_answers_not_compiling_examples"][0]["error"]
+    assert report["regex_questions_without_compiling_answer"] == 1
+
+
+@pytest.mark.parametrize(
+    ("match", "not_compiling", "escaped"),
+    [(None, 3, 10), ("regex", 3, 10), ("regex_repaired", 0, 10)],
+)
+def test_curatedtrec_dpr_regex_default_and_repaired_option(
+    data_mirror, match, not_compiling, escaped
+):
+    path = data_mirror / "curatedtrec/large2180-test.tsv"
+    questions, report = load_questions("curatedtrec-tsv", path, "curatedtrec", "test", match=match)
+    assert len(questions) == 694
+    assert report["match"] == [match or "regex"]
+    assert report["regex_answers_not_compiling"] == not_compiling
+    # CuratedTREC has one pattern per question: DPR never finds an answer for those three.
+    assert report["regex_questions_without_compiling_answer"] == not_compiling
+    # Answers the repaired reading changes are always counted, whichever mode is used.
+    assert report["regex_answers_with_escaped_non_ascii"] == escaped
+    if not_compiling:
+        bad = {e["qid"] for e in report["regex_answers_not_compiling_examples"]}
+        assert bad == {"10025", "231", "1144"}
 
 
 def test_restrict_titles_and_seeded_sample(data_mirror):

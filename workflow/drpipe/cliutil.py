@@ -37,10 +37,24 @@ def add_cfg(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_runtime(parser: argparse.ArgumentParser, *keys: str) -> None:
+    """Options for cfg keys that change no output (batch sizes, checkpoint cadence): the rule
+    passes them outside ``--cfg`` so that changing one reruns nothing; they land in cfg."""
+    parser.set_defaults(runtime_keys=keys)
+    for key in keys:
+        parser.add_argument(
+            "--" + key.replace("_", "-"), dest=key, type=int, default=None,
+            help=f"sets cfg.{key} (changes no output)",
+        )  # fmt: skip
+
+
 def merge_threads(args: argparse.Namespace) -> None:
-    """Fold ``--threads`` into ``args.cfg['threads']``."""
-    if getattr(args, "threads", None) is not None and hasattr(args, "cfg"):
-        args.cfg = {**args.cfg, "threads": args.threads}
+    """Fold ``--threads`` and the runtime options into ``args.cfg``."""
+    if not hasattr(args, "cfg"):
+        return
+    extra = {"threads": getattr(args, "threads", None)}
+    extra.update({k: getattr(args, k, None) for k in getattr(args, "runtime_keys", ())})
+    args.cfg = {**args.cfg, **{k: v for k, v in extra.items() if v is not None}}
 
 
 def need(cfg: dict[str, Any], key: str, where: str = "--cfg") -> Any:

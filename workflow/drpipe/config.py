@@ -1,6 +1,8 @@
 """Config resolution: one ``config.yaml`` holds the defaults and a per-scale overlay for each
-scale; the active scale's overlay is merged onto the defaults and the result validated against
-the JSON schema before Snakemake builds the DAG."""
+scale. Precedence, lowest first: ``config.yaml`` defaults < the active scale's overlay < the
+user's ``--configfile`` files < ``--config key=value``. The result is validated against the
+JSON schema, completed with each registered method's own keys, before Snakemake builds the
+DAG."""
 
 from __future__ import annotations
 
@@ -48,22 +50,81 @@ def validate(config: dict, schema: dict, label: str = "config") -> None:
         raise ConfigError(f"{label} is invalid:\n  " + "\n  ".join(lines))
 
 
-def resolve(raw: dict, schema: dict, overrides: dict | None = None) -> dict:
-    """Merge the chosen scale's overlay onto the defaults, then command-line ``overrides``
-    (``snakemake --config key=value``, which must win over the overlay too); validate every
-    scale and return the chosen one."""
+NAME_PATTERN = "^[A-Za-z0-9_]+$"
+
+
+def with_methods(schema: dict) -> dict:
+    """``schema`` with one ``methods.<name>`` block per registered method: the shared training
+    keys (``$defs.train_hparams``) plus the method's own, and its ``variants``, whose
+    ``overrides`` take the same keys; ``tables.methods`` lists the registered names."""
+    from drpipe.methods import method_class, method_names
+
+    schema = copy.deepcopy(schema)
+    shared = schema["$defs"]["train_hparams"]["properties"]
+    blocks = {}
+    for name in method_names():
+        keys = {**shared, **method_class(name).config_schema()}
+        overrides = {"type": "object", "additionalProperties": False, "properties": keys}
+        variant = {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["overrides"],
+            "properties": {"overrides": overrides, "paper_row": {"type": "string"}},
+        }
+        variants = {
+            "type": "object",
+            "propertyNames": {"pattern": NAME_PATTERN},
+            "additionalProperties": variant,
+        }
+        blocks[name] = {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {**keys, "variants": variants},
+        }
+    schema["properties"]["methods"]["properties"] = blocks
+    schema["properties"]["tables"]["properties"]["methods"]["items"] = {"enum": method_names()}
+    return schema
+
+
+def check_consistency(config: dict, label: str) -> None:
+    """Cross-key rules a JSON schema cannot say; errors name both keys."""
+    ks = config["evaluate"]["ks"]
+    for key, depth in (("retrieve.top_k", config["retrieve"]["top_k"]),
+                       ("bm25.hits", config["bm25"]["hits"])):  # fmt: skip
+        if max(ks) > depth:
+            raise ConfigError(
+                f"{label} is invalid:\n  key evaluate.ks: top-{max(ks)} is deeper than "
+                f"{key} = {depth} (a run that deep does not exist)"
+            )
+
+
+def resolve(
+    raw: dict,
+    schema: dict,
+    overrides: dict | None = None,
+    user_files: list[dict] | None = None,
+) -> dict:
+    """The chosen scale's config: ``raw`` defaults, then the scale's overlay, then the user's
+    ``--configfile`` contents (``user_files``, in order), then command-line ``overrides``
+    (``snakemake --config key=value``). Every scale is validated; returns the chosen one."""
     overrides = dict(overrides or {})
-    scales = raw.get("scales", {})
+    user = {}
+    for extra in user_files or []:
+        user = deep_merge(user, extra or {})
+    scales = deep_merge(raw.get("scales", {}), user.pop("scales", None) or {})
     overrides.pop("scales", None)  # already merged into raw; overlays apply below
-    scale = overrides.pop("scale", None) or raw.get("scale", "mini")
+    scale = overrides.pop("scale", None) or user.pop("scale", None) or raw.get("scale", "mini")
     if scale not in scales:
         raise ConfigError(f"key scale: '{scale}' is not one of the scales {sorted(scales)}")
     base = {k: v for k, v in raw.items() if k != "scales"}
+    schema = with_methods(schema)
     resolved = {}
     for name, overlay in scales.items():
-        merged = deep_merge(deep_merge(base, overlay or {}), overrides)
+        merged = deep_merge(deep_merge(deep_merge(base, overlay or {}), user), overrides)
         merged["scale"] = name
-        validate(merged, schema, label=f"config (scale '{name}')")
+        label = f"config (scale '{name}')"
+        validate(merged, schema, label=label)
+        check_consistency(merged, label)
         resolved[name] = merged
     return resolved[scale]
 
@@ -76,17 +137,60 @@ def load(path: str | Path, schema_path: str | Path, overrides: dict | None = Non
     return resolve(raw, schema, overrides)
 
 
-def method_config(config: dict, method: str) -> dict[str, Any]:
-    """Hyper-parameters of ``method`` (``dpr`` or a variant ``dpr.<variant>``) merged onto the
-    shared encoder settings."""
-    base, _, variant = method.partition(".")
-    if base not in config["methods"]:
-        raise ConfigError(f"unknown method '{base}' (configured: {sorted(config['methods'])})")
-    cfg = deep_merge(config["encoder"], config["methods"][base])
-    if variant:
-        variants = config.get("variants", {})
-        if variant not in variants:
-            raise ConfigError(f"unknown variant '{variant}' of method '{base}'")
-        cfg = deep_merge(cfg, variants[variant]["overrides"])
+# Keys of a method block that are not training hyper-parameters: ``variants`` (other runs),
+# and settings that change no weight (passed to `drpipe train` outside the hashed cfg).
+NOT_TRAINING = ("variants", "checkpoint_every", "log_every")
+
+
+def split_run_name(run: str) -> tuple[str, str | None]:
+    """``"dpr.t3_gold_7"`` -> ``("dpr", "t3_gold_7")``; ``"dpr"`` -> ``("dpr", None)``."""
+    base, _, variant = run.partition(".")
+    return base, variant or None
+
+
+def method_block(config: dict, method: str) -> dict[str, Any]:
+    """The config block of ``method`` (a registered method; empty when not configured)."""
+    from drpipe.methods import method_names
+
+    base, _ = split_run_name(method)
+    if base not in method_names():
+        raise ConfigError(f"unknown method '{base}' (registered: {method_names()})")
+    return config["methods"].get(base) or {}
+
+
+def method_variant(config: dict, method: str) -> dict[str, Any]:
+    """The ``variants.<v>`` entry of ``method = "<base>.<v>"``; error naming the key if absent."""
+    base, variant = split_run_name(method)
+    variants = method_block(config, base).get("variants") or {}
+    if variant not in variants:
+        raise ConfigError(
+            f"key methods.{base}.variants.{variant}: no such variant of method '{base}' "
+            f"(configured: {sorted(variants)})"
+        )
+    return variants[variant]
+
+
+def method_config(config: dict, method: str, train_set: str | None = None) -> dict[str, Any]:
+    """Training cfg of ``method`` (``dpr`` or a variant ``dpr.<variant>``) for ``train_set``:
+    the encoder settings, the method's keys, the variant's overrides; ``epochs_by_train_set``
+    picks the epochs of ``train_set`` (DPR: 100 for WebQuestions and CuratedTREC)."""
+    block = method_block(config, method)
+    cfg = deep_merge(config["encoder"], {k: v for k, v in block.items() if k not in NOT_TRAINING})
+    if split_run_name(method)[1]:
+        overrides = method_variant(config, method)["overrides"]
+        cfg = deep_merge(cfg, {k: v for k, v in overrides.items() if k not in NOT_TRAINING})
+    by_set = cfg.pop("epochs_by_train_set", None) or {}
+    if train_set is not None and train_set in by_set:
+        cfg["epochs"] = by_set[train_set]
     cfg.setdefault("seed", config["seed"])
     return cfg
+
+
+def method_run_options(config: dict, method: str) -> dict[str, Any]:
+    """Settings of ``method`` that change no result (checkpoint cadence, logging)."""
+    block = method_block(config, method)
+    out = {k: block[k] for k in ("checkpoint_every", "log_every") if k in block}
+    if split_run_name(method)[1]:
+        overrides = method_variant(config, method)["overrides"]
+        out.update({k: overrides[k] for k in ("checkpoint_every", "log_every") if k in overrides})
+    return out

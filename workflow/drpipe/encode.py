@@ -1,11 +1,19 @@
-"""Encode shard ``i`` of ``N`` of the passage table with a model's passage encoder.
+"""Encode shard ``i`` of ``N`` of the corpus with a model, as its method says; and questions.
 
-Each shard is its own job with its own outputs (``shard-i.npy`` vectors, ``shard-i.ids.npy``
-pids), so a failed shard reruns alone. The shard's rows stream through in blocks of
-``block_size`` passages; vectors go straight into a preallocated memory-mapped ``.npy`` under a
-temporary name, renamed into place when the shard is complete, so memory does not grow with
-the corpus and no half-written shard is ever visible. Within a block, ``encode_texts`` batches
-passages in order of length (less padding); rows are written back in corpus order.
+``encode``: each shard is its own job with its own outputs (``shard-i.npy`` vectors,
+``shard-i.ids.npy`` unit ids), so a failed shard reruns alone. The method the model was trained
+with (recorded in the model directory) decides which units get vectors: one per passage (DPR)
+or one per sentence (DCSR, which then reads the sentence table too); unit ids follow
+``drpipe.methods.base.unit_id``. The shard's rows stream through in blocks of ``block_size``
+passages, and vectors are appended to a ``.npy`` under a temporary name, renamed into place
+when the shard is complete: memory does not grow with the corpus and no half-written shard is
+ever visible. Maximum lengths come from the model's own metadata.
+
+``encode-queries``: the question vectors of a question table (``X.npy`` and ``X.ids.npy`` with
+the qids in table order), so that retrieval, the hybrid and AOpt can run from stored vectors
+without loading a model.
+
+Batch and block sizes change no vector (checked by a test) and are passed outside ``--cfg``.
 """
 
 from __future__ import annotations
@@ -20,22 +28,23 @@ from typing import Any
 
 import numpy as np
 
-from drpipe.cliutil import add_cfg
+from drpipe.cliutil import add_cfg, add_runtime
 from drpipe.corpus.passages import iter_passages, num_passages, shard_bounds
 from drpipe.errors import InputError
-from drpipe.io import atomic_path, progress, write_json
+from drpipe.io import atomic_path, iter_parquet, progress, write_json
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CFG: dict[str, Any] = {
     "batch_size": 64,
-    "max_passage_len": 256,  # null: the model's own max_passage_len
     "bf16": "auto",
     "dtype": "float32",
     "block_size": 4096,
     "threads": None,
 }
+DEFAULT_QUERY_CFG: dict[str, Any] = {"batch_size": 128, "bf16": "auto", "threads": None}
 DTYPES = {"float32": np.float32, "float16": np.float16}
+RUNTIME = ("batch_size", "block_size")  # change no vector
 
 
 def ids_path_for(out: str | Path) -> Path:
@@ -44,25 +53,61 @@ def ids_path_for(out: str | Path) -> Path:
     return out.with_name(out.name.removesuffix(".npy") + ".ids.npy")
 
 
-def merged_cfg(cfg: dict[str, Any], num_shards: int | None = None) -> dict[str, Any]:
-    """``cfg`` over the defaults. ``shards`` (the config's shard count) may ride along: it must
-    then equal ``--num-shards``, which catches a rule and its config disagreeing."""
-    cfg = dict(cfg)
-    shards = cfg.pop("shards", None)
-    if shards is not None and num_shards is not None and int(shards) != num_shards:
-        raise SystemExit(f"error: --cfg.shards={shards} but --num-shards={num_shards}")
-    unknown = set(cfg) - set(DEFAULT_CFG)
+def merged_cfg(cfg: dict[str, Any], defaults: dict[str, Any] = DEFAULT_CFG) -> dict[str, Any]:
+    """``cfg`` over the defaults; unknown keys and bad values are errors naming the key."""
+    unknown = set(cfg) - set(defaults)
     if unknown:
         raise SystemExit(f"error: --cfg has unknown keys {sorted(unknown)}")
-    out = {**DEFAULT_CFG, **cfg}
-    if out["dtype"] not in DTYPES:
+    out = {**defaults, **cfg}
+    if "dtype" in out and out["dtype"] not in DTYPES:
         raise SystemExit(
             f"error: --cfg.dtype must be one of {sorted(DTYPES)}, not {out['dtype']!r}"
         )
     for key in ("batch_size", "block_size"):
-        if int(out[key]) < 1:
+        if key in out and int(out[key]) < 1:
             raise SystemExit(f"error: --cfg.{key} must be positive")
     return out
+
+
+class NpyAppender:
+    """A 2-D ``.npy`` written by appending rows, when the row count is known only at the end.
+
+    The header is reserved at a fixed size and rewritten with the final shape on ``close``
+    (numpy pads headers with spaces, so a shorter shape still fits).
+    """
+
+    HEADER = 128  # bytes, a multiple of 64 as the format recommends
+
+    def __init__(self, path: str | Path, dtype: np.dtype, dim: int | None):
+        self.path, self.dtype, self.dim, self.rows = Path(path), np.dtype(dtype), dim, 0
+        self.fh = open(self.path, "wb")  # noqa: SIM115 (closed in close())
+        self.fh.write(self._header())
+
+    def _header(self) -> bytes:
+        """Format 1.0 header of exactly ``HEADER`` bytes for the current shape."""
+        import struct
+
+        text = repr({"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
+                     "shape": (self.rows,) if self.dim is None else (self.rows, self.dim)})  # fmt: skip
+        body = self.HEADER - 10  # magic (6) + version (2) + length (2)
+        if len(text) + 1 > body:
+            raise ValueError(f"npy header longer than {self.HEADER} bytes: {text}")
+        return (
+            b"\x93NUMPY\x01\x00" + struct.pack("<H", body) + (text.ljust(body - 1) + "\n").encode()
+        )
+
+    def append(self, rows: np.ndarray) -> None:
+        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        want = 1 if self.dim is None else 2
+        if rows.ndim != want or (self.dim is not None and rows.shape[1] != self.dim):
+            raise ValueError(f"rows of shape {rows.shape} do not fit dimension {self.dim}")
+        self.fh.write(rows.tobytes())
+        self.rows += len(rows)
+
+    def close(self) -> None:
+        self.fh.seek(0)
+        self.fh.write(self._header())
+        self.fh.close()
 
 
 def _blocks(
@@ -94,6 +139,39 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(int(threads))
 
 
+def iter_sentence_groups(path: str | Path) -> Iterator[tuple[int, list[tuple[int, int]]]]:
+    """``(pid, [(start, end), ...])`` per passage of a sentence table, in file order."""
+    pid, spans = None, []
+    for batch in iter_parquet(path, columns=["pid", "start", "end"]):
+        cols = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(3)]
+        for p, a, b in zip(*cols, strict=True):
+            if p != pid:
+                if pid is not None:
+                    yield int(pid), spans
+                pid, spans = p, []
+            spans.append((int(a), int(b)))
+    if pid is not None:
+        yield int(pid), spans
+
+
+def attach_sentences(
+    blocks: Iterator[tuple[np.ndarray, list[str], list[str]]], sentences: str | Path
+) -> Iterator[tuple[np.ndarray, list[str], list[str], list[list[tuple[int, int]]]]]:
+    """Add each passage's sentence spans to the blocks (both tables are in corpus order)."""
+    groups = iter_sentence_groups(sentences)
+    for pids, titles, texts in blocks:
+        spans = []
+        for pid in pids:
+            for got, sp in groups:
+                if got == pid:
+                    spans.append(sp)
+                    break
+            else:
+                raise InputError(sentences, f"pid {int(pid)}", "no sentences for this passage "
+                                 "(the sentence table is not of this passage table)")  # fmt: skip
+        yield pids, titles, texts, spans
+
+
 def encode_shard(
     model_dir: str | Path,
     passages: str | Path,
@@ -102,62 +180,72 @@ def encode_shard(
     out: str | Path,
     cfg: dict[str, Any],
     *,
+    sentences: str | Path | None = None,
     model=None,
 ) -> dict[str, Any]:
-    """Encode rows ``shard_bounds(n, shard, num_shards)`` of ``passages`` into ``out`` (+ ids).
+    """Encode rows ``shard_bounds(n, shard, num_shards)`` of ``passages`` into ``out`` (+ ids):
+    the units and vectors the model's method gives each passage.
 
     ``model``: an already loaded ``BiEncoder`` (saves reloading it when called repeatedly, as in
     tests and benchmarks); by default it is loaded from ``model_dir``. Returns a report dict.
     """
-    from drpipe.encoders import BiEncoder, encode_texts, select_device, use_bf16
+    from drpipe.encoders import BiEncoder, select_device, use_bf16
+    from drpipe.methods import get_method
+    from drpipe.methods.base import CorpusBlock, EncodeSettings
 
-    cfg = merged_cfg(cfg, num_shards)
+    cfg = merged_cfg(cfg)
     set_threads(cfg["threads"])
     out = Path(out)
     n_total = num_passages(passages)
     start, stop = shard_bounds(n_total, shard, num_shards)
     n = stop - start
     model = model if model is not None else BiEncoder.load(model_dir)
+    method = get_method(model.method["name"], model.method["cfg"])
+    if method.corpus_units == "sentences" and sentences is None:
+        raise SystemExit(f"error: method {method.name} encodes sentences: give --sentences")
     device = select_device()
-    bf16 = use_bf16(cfg["bf16"], device)
-    encoder = model.passage.to(device)
-    max_len = int(cfg["max_passage_len"] or model.max_passage_len)
+    settings = EncodeSettings(
+        batch_size=int(cfg["batch_size"]), bf16=use_bf16(cfg["bf16"], device), device=device
+    )
     dtype = DTYPES[cfg["dtype"]]
-    dim = int(encoder.model.config.hidden_size)
+    dim = int(model.passage.model.config.hidden_size)
     log.info(
-        "encoding passages %d..%d (shard %d/%d, %d rows) of %s on %s, bf16=%s, max_len=%d -> %s",
-        start, stop, shard, num_shards, n, passages, device, bf16, max_len, out,
+        "encoding passages %d..%d (shard %d/%d, %d rows) of %s as %s of method %s on %s, "
+        "bf16=%s, max_len=%d -> %s",
+        start, stop, shard, num_shards, n, passages, method.corpus_units, method.name, device,
+        settings.bf16, model.max_passage_len, out,
     )  # fmt: skip
 
     t0 = time.perf_counter()
-    n_empty = 0
+    n_empty, n_rows = 0, 0
+    blocks = _blocks(passages, start, stop, int(cfg["block_size"]))
+    if method.corpus_units == "sentences":
+        blocks = attach_sentences(blocks, sentences)
     with atomic_path(out) as tmp_vec, atomic_path(ids_path_for(out)) as tmp_ids:
-        vecs = np.lib.format.open_memmap(tmp_vec, mode="w+", dtype=dtype, shape=(n, dim))
-        ids = np.lib.format.open_memmap(tmp_ids, mode="w+", dtype=np.int64, shape=(n,))
-        row = 0
+        vecs = NpyAppender(tmp_vec, dtype, dim)
+        ids = NpyAppender(tmp_ids, np.int64, None)
         bar = progress(total=n, desc=f"encode shard {shard}", unit="psg")
-        for pids, titles, texts in _blocks(passages, start, stop, int(cfg["block_size"])):
-            for i, text in enumerate(texts):
-                if text is None:
-                    raise InputError(passages, f"pid {int(pids[i])}", "passage text is null")
-            n_empty += sum(1 for t in texts if not t.strip())
-            block = encode_texts(
-                encoder, model.tokenizer, titles, texts,
-                batch_size=int(cfg["batch_size"]), max_length=max_len, bf16=bf16, device=device,
-                show_progress=False,
-            )  # fmt: skip
-            if block.shape[1] != dim:
-                raise RuntimeError(f"encoder returned dimension {block.shape[1]}, expected {dim}")
-            vecs[row : row + len(block)] = block
-            ids[row : row + len(block)] = pids
-            row += len(block)
-            bar.update(len(block))
-        bar.close()
-        if row != n:
-            raise RuntimeError(f"{passages}: read {row} rows for shard range {start}..{stop}")
-        vecs.flush()
-        ids.flush()
-        del vecs, ids  # close the memory maps before the renames
+        try:
+            for pids, titles, texts, *spans in blocks:
+                for i, text in enumerate(texts):
+                    if text is None:
+                        raise InputError(passages, f"pid {int(pids[i])}", "passage text is null")
+                n_empty += sum(1 for t in texts if not t.strip())
+                block = CorpusBlock(pids, titles, texts, spans[0] if spans else None)
+                unit_ids, block_vecs = method.encode_corpus(model, block, settings)
+                if block_vecs.shape != (len(unit_ids), dim):
+                    raise RuntimeError(f"method returned vectors {block_vecs.shape} for "
+                                       f"{len(unit_ids)} units of dimension {dim}")  # fmt: skip
+                vecs.append(block_vecs)
+                ids.append(np.asarray(unit_ids, dtype=np.int64))
+                n_rows += len(pids)
+                bar.update(len(pids))
+        finally:
+            bar.close()
+            vecs.close()
+            ids.close()
+        if n_rows != n:
+            raise RuntimeError(f"{passages}: read {n_rows} rows for shard range {start}..{stop}")
     seconds = time.perf_counter() - t0
     if n_empty:
         log.warning("%d passages of this shard have empty text (encoded from title alone)", n_empty)
@@ -167,23 +255,86 @@ def encode_shard(
         "num_shards": num_shards,
         "rows": [start, stop],
         "n_encoded": n,
+        "units": method.corpus_units,
+        "n_vectors": vecs.rows,
+        "vectors_per_passage": round(vecs.rows / n, 3) if n else None,
+        "method": method.name,
         "n_empty_text": n_empty,
         "dim": dim,
         "dtype": cfg["dtype"],
-        "bf16": bf16,
+        "bf16": settings.bf16,
         "device": str(device),
-        "max_passage_len": max_len,
+        "max_passage_len": model.max_passage_len,
         "seconds": round(seconds, 3),
         "passages_per_second": round(n / seconds, 2) if seconds > 0 else None,
+        **method.encode_report(),
     }
     log.info("encoded %d passages in %.1f s (%.1f/s)", n, seconds, n / max(seconds, 1e-9))
     return report
 
 
+def encode_queries(
+    model_dir: str | Path,
+    questions: str | Path,
+    out: str | Path,
+    cfg: dict[str, Any],
+    *,
+    model=None,
+) -> dict[str, Any]:
+    """Question vectors of a question table -> ``out`` (float32) and ``out``'s ``.ids.npy``
+    (qids, in table order)."""
+    from drpipe.encoders import BiEncoder, encode_texts, select_device, use_bf16
+    from drpipe.qa.datasets import read_questions
+
+    cfg = merged_cfg(cfg, DEFAULT_QUERY_CFG)
+    set_threads(cfg["threads"])
+    rows = read_questions(questions)
+    qids = np.array([str(q["qid"]) for q in rows])
+    model = model if model is not None else BiEncoder.load(model_dir)
+    device = select_device()
+    t0 = time.perf_counter()
+    vecs = encode_texts(
+        model.query.to(device), model.tokenizer, [q["question"] for q in rows],
+        batch_size=int(cfg["batch_size"]), max_length=model.max_query_len,
+        bf16=use_bf16(cfg["bf16"], device), device=device,
+    )  # fmt: skip
+    seconds = time.perf_counter() - t0
+    with atomic_path(out) as tmp_vec, atomic_path(ids_path_for(out)) as tmp_ids:
+        with open(tmp_vec, "wb") as fh:
+            np.save(fh, vecs)
+        with open(tmp_ids, "wb") as fh:
+            np.save(fh, qids)
+    log.info("encoded %d questions in %.1f s -> %s", len(qids), seconds, out)
+    return {"questions": str(questions), "n_questions": len(qids), "dim": int(vecs.shape[1]),
+            "max_query_len": model.max_query_len, "seconds": round(seconds, 3)}  # fmt: skip
+
+
+def read_query_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
+    """(qids, vectors float32 [n, d]) written by ``encode_queries``."""
+    path = Path(path)
+    ids = ids_path_for(path)
+    try:
+        vecs = np.load(path, allow_pickle=False)
+        qids = np.load(ids, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputError(path, None, f"cannot read query vectors ({exc})") from None
+    if vecs.ndim != 2 or qids.shape != (len(vecs),):
+        raise InputError(path, None, f"{len(qids)} qids in {ids} for vectors {vecs.shape}")
+    return [str(q) for q in qids], vecs.astype(np.float32, copy=False)
+
+
 def _cmd_encode(args: argparse.Namespace) -> int:
     report = encode_shard(
-        args.model, args.passages, args.shard, args.num_shards, args.out, args.cfg
-    )
+        args.model, args.passages, args.shard, args.num_shards, args.out, args.cfg,
+        sentences=args.sentences,
+    )  # fmt: skip
+    if args.report:
+        write_json(args.report, report)
+    return 0
+
+
+def _cmd_encode_queries(args: argparse.Namespace) -> int:
+    report = encode_queries(args.model, args.questions, args.out, args.cfg)
     if args.report:
         write_json(args.report, report)
     return 0
@@ -192,7 +343,7 @@ def _cmd_encode(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser(
         "encode",
-        help="encode one shard of the passage table with a model's passage encoder",
+        help="encode one shard of the corpus with a model (units as its method says)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="cfg defaults: " + json.dumps(DEFAULT_CFG),
@@ -201,9 +352,24 @@ def register(sub) -> None:
         "--model", required=True, help="model directory (query/, passage/, drpipe_encoder.json)"
     )
     p.add_argument("--passages", required=True, help="passage table (Parquet)")
+    p.add_argument("--sentences", help="sentence table (Parquet), for sentence-level methods")
     p.add_argument("--shard", type=int, required=True, help="this shard's index, 0-based")
     p.add_argument("--num-shards", type=int, required=True)
     p.add_argument("--out", required=True, help="shard-I.npy; ids go to shard-I.ids.npy next to it")
     p.add_argument("--report", help="optional JSON report (counts, speed)")
     add_cfg(p)
+    add_runtime(p, *RUNTIME)
     p.set_defaults(func=_cmd_encode)
+
+    q = sub.add_parser(
+        "encode-queries",
+        help="encode the questions of a question table (stored query vectors)",
+        epilog="cfg defaults: " + json.dumps(DEFAULT_QUERY_CFG),
+    )
+    q.add_argument("--model", required=True, help="model directory")
+    q.add_argument("--questions", required=True, help="questions table (Parquet)")
+    q.add_argument("--out", required=True, help="X.npy; qids go to X.ids.npy next to it")
+    q.add_argument("--report", help="optional JSON report")
+    add_cfg(q)
+    add_runtime(q, "batch_size")
+    q.set_defaults(func=_cmd_encode_queries)

@@ -1,8 +1,11 @@
 """Bi-encoders: Hugging Face transformers with pooling, the on-disk model layout, and encoding.
 
 A model directory holds ``query/`` and ``passage/`` (each ``save_pretrained`` of the encoder
-plus its tokenizer, loadable with ``transformers.AutoModel.from_pretrained``) and
-``drpipe_encoder.json`` (pooling, tied, max lengths). Queries are tokenised alone; passages as
+plus its tokenizer, loadable with ``transformers.AutoModel.from_pretrained``; a method's
+special tokens are in the tokenizer and the resized embeddings) and ``drpipe_encoder.json``:
+pooling, tied, the maximum query and passage lengths (the one place encoding and retrieval read
+them from), and the method that trained it (name and its cfg), which says how the model is
+used: which corpus units get vectors and how retrieved units become passages. Queries are tokenised alone; passages as
 the pair (title, text), i.e. ``[CLS] title [SEP] text [SEP]`` as in DPR.
 
 ``bf16`` settings: ``"on"``, ``"off"`` or ``"auto"`` (on for CUDA devices with bf16 support and
@@ -202,6 +205,8 @@ class BiEncoder(nn.Module):
         self.max_query_len = max_query_len
         self.max_passage_len = max_passage_len
         self.init = init
+        # {"name": method, "cfg": its keys}; models saved before methods were recorded: DPR.
+        self.method: dict[str, Any] = {"name": "dpr", "cfg": {}}
 
     @property
     def pooling(self) -> str:
@@ -252,6 +257,7 @@ class BiEncoder(nn.Module):
             "max_query_len": self.max_query_len,
             "max_passage_len": self.max_passage_len,
             "init": self.init,
+            "method": self.method,
         }
 
     def save(self, directory: str | Path) -> None:
@@ -261,6 +267,16 @@ class BiEncoder(nn.Module):
             enc.model.save_pretrained(directory / name)
             self.tokenizer.save_pretrained(directory / name)
         (directory / META_FILE).write_text(json.dumps(self.meta(), indent=2, sort_keys=True) + "\n")
+
+    @staticmethod
+    def read_meta(directory: str | Path) -> dict[str, Any]:
+        """``drpipe_encoder.json`` of a model directory (no weights are loaded)."""
+        meta_path = Path(directory) / META_FILE
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"{directory} is not a drpipe model directory (no {META_FILE})")
+        meta = json.loads(meta_path.read_text())
+        meta.setdefault("method", {"name": "dpr", "cfg": {}})
+        return meta
 
     @classmethod
     def load(
@@ -273,10 +289,7 @@ class BiEncoder(nn.Module):
         from transformers import AutoTokenizer
 
         directory = Path(directory)
-        meta_path = directory / META_FILE
-        if not meta_path.is_file():
-            raise FileNotFoundError(f"{directory} is not a drpipe model directory (no {META_FILE})")
-        meta = json.loads(meta_path.read_text())
+        meta = cls.read_meta(directory)
         tokenizer = AutoTokenizer.from_pretrained(directory / "query")
         query = Encoder.from_pretrained(
             str(directory / "query"), meta["pooling"], dropout, grad_checkpointing
@@ -286,7 +299,7 @@ class BiEncoder(nn.Module):
             passage = Encoder.from_pretrained(
                 str(directory / "passage"), meta["pooling"], dropout, grad_checkpointing
             )
-        return cls(
+        model = cls(
             query,
             passage,
             tokenizer,
@@ -294,6 +307,8 @@ class BiEncoder(nn.Module):
             max_passage_len=int(meta["max_passage_len"]),
             init=meta.get("init"),
         )
+        model.method = meta.get("method") or model.method
+        return model
 
     def tokenize_queries(self, questions: Sequence[str]) -> dict[str, torch.Tensor]:
         return tokenize_queries(self.tokenizer, questions, self.max_query_len)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import csv
 import gzip
 import io
 import json
@@ -17,9 +18,10 @@ import os
 import shutil
 import sys
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -77,6 +79,144 @@ def open_text(path: str | Path, mode: str = "rt", encoding: str = "utf-8", error
     return open(path, mode, encoding=encoding)
 
 
+# ----------------------------------------------------------------------------- external inputs
+# Readers of files the pipeline did not write (dumps, datasets) go through these helpers: they
+# decode strict UTF-8 and turn an undecodable byte, a truncated or corrupt .gz/.bz2 stream or
+# bad JSON into one ``InputError`` naming the file and the line.
+
+# What a truncated or corrupt compressed stream raises: EOFError (stream ends early),
+# gzip.BadGzipFile / OSError (bad header or data), zlib.error (bad deflate data).
+STREAM_ERRORS = (EOFError, OSError, zlib.error)
+
+
+def open_binary(path: str | Path) -> BinaryIO:
+    """Open plain, .gz or .bz2 bytes by the file's magic bytes (multi-stream .bz2 included)."""
+    with open(path, "rb") as fh:
+        magic = fh.read(3)
+    if magic[:2] == b"\x1f\x8b":
+        return gzip.open(path, "rb")
+    if magic == b"BZh":
+        return bz2.open(path, "rb")
+    return open(path, "rb")  # noqa: SIM115 (returned to the caller, who closes it)
+
+
+def _bad_utf8(line: bytes | bytearray, start: int) -> str:
+    """The problem text for an undecodable byte at offset ``start`` of ``line``."""
+    return f"invalid UTF-8 at byte {start + 1} of the line: {bytes(line[start : start + 4])!r}"
+
+
+def _corrupt(exc: BaseException) -> str:
+    return f"truncated or corrupt file ({type(exc).__name__}: {exc})"
+
+
+def input_head(path: str | Path, size: int = 4096) -> bytes:
+    """The first ``size`` bytes of an input after decompression (to sniff its layout)."""
+    from drpipe.errors import InputError
+
+    with open_binary(path) as fh:
+        try:
+            return fh.read(size)
+        except STREAM_ERRORS as exc:
+            raise InputError(path, "line 1", _corrupt(exc)) from None
+
+
+def iter_input_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line with its line end)`` of a plain/.gz/.bz2 text input, strict UTF-8.
+
+    Lines end at ``\\n`` only (a ``\\r`` stays in the line). An undecodable line, or a
+    compressed stream that is truncated or corrupt, raises ``InputError`` naming the line.
+    """
+    from drpipe.errors import InputError
+
+    lineno = 0
+    with open_binary(path) as fh:
+        lines = iter(fh)
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                return
+            except STREAM_ERRORS as exc:
+                raise InputError(path, f"line {lineno + 1}", _corrupt(exc)) from None
+            lineno += 1
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(path, f"line {lineno}", _bad_utf8(raw, exc.start)) from None
+            yield lineno, line
+
+
+def iter_input_rows(path: str | Path, delimiter: str = "\t") -> Iterator[tuple[int, list[str]]]:
+    """``(line number, fields)`` of a CSV/TSV input read with Python's ``csv`` dialect.
+
+    Besides ``iter_input_lines``'s checks, every row must lie on one line: a field that opens
+    a double quote and never closes it would otherwise swallow the following lines silently,
+    so a row spanning lines, or a field holding a line break, raises ``InputError`` naming the
+    line where the row starts. A ``csv.Error`` (e.g. a field over ``csv.field_size_limit()``)
+    also becomes an ``InputError``.
+    """
+    from drpipe.errors import InputError
+
+    reader = csv.reader((line for _, line in iter_input_lines(path)), delimiter=delimiter)
+    end = 0
+    while True:
+        start = end + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            runs = (
+                f" (the row runs on to line {reader.line_num})" if reader.line_num > start else ""
+            )
+            raise InputError(path, f"line {start}", f"bad CSV/TSV row: {exc}{runs}") from None
+        end = reader.line_num
+        if end > start or any("\n" in f or "\r" in f for f in row):
+            problem = (
+                "a double-quoted field is not closed on its line"
+                + (f" (the row runs on to line {end})" if end > start else "")
+                + "; a field that begins with '\"' must end with '\"' on the same line"
+            )
+            raise InputError(path, f"line {start}", problem)
+        yield start, row
+
+
+def read_input_text(path: str | Path, chunk_size: int = 1 << 24) -> str:
+    """The whole text of a plain/.gz/.bz2 input, strict UTF-8; errors name file and line."""
+    from drpipe.errors import InputError
+
+    buf = bytearray()
+    with open_binary(path) as fh:
+        while True:
+            try:
+                chunk = fh.read(chunk_size)
+            except STREAM_ERRORS as exc:
+                line = buf.count(b"\n") + 1
+                raise InputError(path, f"line {line}", _corrupt(exc)) from None
+            if not chunk:
+                break
+            buf += chunk
+    try:
+        return buf.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        begin = buf.rfind(b"\n", 0, exc.start) + 1
+        line = buf.count(b"\n", 0, exc.start) + 1
+        problem = _bad_utf8(buf[begin : exc.start + 4], exc.start - begin)
+        raise InputError(path, f"line {line}", problem) from None
+
+
+def load_input_json(path: str | Path) -> Any:
+    """Parse a JSON input (plain/.gz/.bz2); any bad byte or syntax names file and line."""
+    from drpipe.errors import InputError
+
+    text = read_input_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        problem = f"invalid JSON: {exc.msg} (column {exc.colno})"
+        raise InputError(path, f"line {exc.lineno}", problem) from None
+
+
 def write_json(path: str | Path, obj: Any) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
@@ -105,14 +245,13 @@ def read_jsonl(path: str | Path) -> Iterator[dict]:
     """Yield records of a JSON-lines file; a bad line raises an error naming file and line."""
     from drpipe.errors import InputError
 
-    with open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(path, f"line {lineno}", f"invalid JSON: {exc.msg}") from None
+    for lineno, line in iter_input_lines(path):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"line {lineno}", f"invalid JSON: {exc.msg}") from None
 
 
 def write_parquet(path: str | Path, table: pa.Table | Any, row_group_size: int = 50_000) -> None:

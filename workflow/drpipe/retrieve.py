@@ -1,7 +1,11 @@
-"""Dense retrieval with a model's question encoder over a FAISS index, and DPR's BM25+dense hybrid.
+"""Dense retrieval from stored question vectors over a FAISS index, and DPR's BM25+dense hybrid.
 
-``retrieve``: encode every question of a questions table, search the index for the top
-``top_k`` passages by inner product, write a run (``qid, rank, pid, score``).
+``retrieve``: search the index with the question vectors written by ``drpipe encode-queries``
+(no model is loaded), ``method.search_depth(top_k)`` units deep, and let the method of the
+model (recorded in its directory) turn the ranked units into the top ``top_k`` passages (the
+identity for passage methods; DCSR: score normalization over sentences); write a run
+(``qid, rank, pid, score``). Vectors written by something other than ``encode`` (AOpt) are
+searched the same way.
 
 ``hybrid`` (DPR section 5): take the union of the BM25 run's passages for a question (all of
 them: the run's depth, ideally >= 2000) and the dense top ``depth`` (2000), and rerank the
@@ -32,16 +36,12 @@ import numpy as np
 from drpipe.cliutil import add_cfg
 from drpipe.errors import InputError
 from drpipe.io import progress, write_json
-from drpipe.qa.datasets import read_questions
 from drpipe.runs import read_run, run_table, write_run
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CFG: dict[str, Any] = {
     "top_k": 100,
-    "batch_size": 128,
-    "max_query_len": 64,  # null: the model's own max_query_len
-    "bf16": "auto",
     "index_type": None,  # when set, the index must be of this type (catches mixed-up paths)
     "use_gpu": "auto",
     "ef_search": None,  # null: the value stored with the index
@@ -62,19 +62,6 @@ def merged_cfg(cfg: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
 # Dense retrieval
 
 
-def encode_questions(model, questions: list[str], cfg: dict[str, Any]) -> np.ndarray:
-    """Question vectors float32 [n, d] from a loaded ``BiEncoder``'s query encoder."""
-    from drpipe.encoders import encode_texts, select_device, use_bf16
-
-    device = select_device()
-    return encode_texts(
-        model.query.to(device), model.tokenizer, questions,
-        batch_size=int(cfg["batch_size"]),
-        max_length=int(cfg["max_query_len"] or model.max_query_len),
-        bf16=use_bf16(cfg["bf16"], device), device=device,
-    )  # fmt: skip
-
-
 def _open_index(index_path: str | Path, cfg: dict[str, Any]):
     from drpipe.index import DenseIndex
 
@@ -88,17 +75,30 @@ def _open_index(index_path: str | Path, cfg: dict[str, Any]):
     return index
 
 
-def _prepare(model_dir, questions_path, cfg, model):
-    from drpipe.encode import set_threads
+def model_method(model_dir: str | Path):
+    """The method a model directory was trained with (how its vectors are searched)."""
     from drpipe.encoders import BiEncoder
+    from drpipe.methods import get_method
+
+    meta = BiEncoder.read_meta(model_dir)
+    return get_method(meta["method"]["name"], meta["method"]["cfg"])
+
+
+def _prepare(model_dir, queries, cfg):
+    from drpipe.encode import read_query_vectors, set_threads
 
     set_threads(cfg["threads"])
-    rows = read_questions(questions_path)
-    qids, questions = [q["qid"] for q in rows], [q["question"] for q in rows]
-    model = model if model is not None else BiEncoder.load(model_dir)
-    t0 = time.perf_counter()
-    qvecs = encode_questions(model, questions, cfg)
-    return qids, qvecs, time.perf_counter() - t0
+    qids, qvecs = read_query_vectors(queries)
+    return model_method(model_dir), qids, qvecs
+
+
+def search_passages(method, index, qvecs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-``k`` passages [n, k] (pids, scores; padding -1) of each question: the method's
+    search depth in units, then its units-to-passages ranking."""
+    depth = min(method.search_depth(k), index.n)
+    scores, units = index.search(qvecs, depth)
+    pids, pscores = method.units_to_passages(units, scores, k)
+    return pscores, pids
 
 
 def dense_lists(scores: np.ndarray, pids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -111,32 +111,32 @@ def dense_lists(scores: np.ndarray, pids: np.ndarray) -> tuple[list[np.ndarray],
 
 def retrieve(
     model_dir: str | Path,
+    queries: str | Path,
     index_path: str | Path,
-    questions_path: str | Path,
     out: str | Path,
     cfg: dict[str, Any],
-    *,
-    model=None,
 ) -> dict[str, Any]:
-    """Dense top-``top_k`` run for every question; returns the report."""
+    """Dense top-``top_k`` run for every question of ``queries``; returns the report."""
     cfg = merged_cfg(cfg, DEFAULT_CFG)
     index = _open_index(index_path, cfg)
-    qids, qvecs, enc_s = _prepare(model_dir, questions_path, cfg, model)
+    method, qids, qvecs = _prepare(model_dir, queries, cfg)
     t0 = time.perf_counter()
-    scores, pids = index.search(qvecs, int(cfg["top_k"]))
+    scores, pids = search_passages(method, index, qvecs, int(cfg["top_k"]))
     search_s = time.perf_counter() - t0
     plist, slist = dense_lists(scores, pids)
     write_run(out, run_table(qids, plist, slist))
     short = sum(1 for p in plist if len(p) < int(cfg["top_k"]))
     report = {
-        "method": "dense",
+        "method": method.name,
+        "units": method.corpus_units,
+        "search_depth": min(method.search_depth(int(cfg["top_k"])), index.n),
+        "queries": str(queries),
         "index": str(index_path),
         "index_type": index.kind,
         "n_index": index.n,
         "n_questions": len(qids),
         "top_k": int(cfg["top_k"]),
         "n_questions_short_list": short,
-        "encode_seconds": round(enc_s, 3),
         "search_seconds": round(search_s, 3),
         "questions_per_second_search": round(len(qids) / search_s, 1) if search_s > 0 else None,
     }
@@ -190,27 +190,28 @@ def fuse(
 
 def hybrid(
     model_dir: str | Path,
+    queries: str | Path,
     index_path: str | Path,
     embeddings: list[str | Path],
     bm25_run: str | Path,
-    questions_path: str | Path,
     out: str | Path,
     cfg: dict[str, Any],
-    *,
-    model=None,
 ) -> dict[str, Any]:
     """DPR's BM25 + lambda * dense hybrid run (see the module docstring); returns the report."""
     from drpipe.index import VectorLookup, open_shards
 
     cfg = merged_cfg(cfg, DEFAULT_HYBRID_CFG)
     lam, depth, top_k = float(cfg["lambda"]), int(cfg["depth"]), int(cfg["top_k"])
+    method, qids, qvecs = _prepare(model_dir, queries, cfg)
+    if method.corpus_units != "passages":
+        raise SystemExit(f"error: the hybrid scores passages; method {method.name} has "
+                         f"{method.corpus_units}")  # fmt: skip
     index = _open_index(index_path, cfg)
     lookup = VectorLookup(open_shards(embeddings))
     if lookup.shards.n != index.n:
         raise InputError(
             embeddings[0], None, f"shards hold {lookup.shards.n} vectors, index {index.n}"
         )
-    qids, qvecs, enc_s = _prepare(model_dir, questions_path, cfg, model)
     bm25 = read_run(bm25_run, qids=qids)
     t0 = time.perf_counter()
     d_scores, d_pids = index.search(qvecs, min(depth, index.n))
@@ -264,7 +265,6 @@ def hybrid(
         "mean_only_dense": totals["only_dense"] / nq,
         "missing_bm25_score": "lowest BM25 score of the question's list (pyserini convention)",
         "missing_dense_score": "exact inner product with the stored passage vector",
-        "encode_seconds": round(enc_s, 3),
         "search_and_fuse_seconds": round(fuse_s, 3),
     }
     log.info("hybrid run of %d questions -> %s", len(qids), out)
@@ -276,23 +276,25 @@ def hybrid(
 
 
 def _cmd_retrieve(args: argparse.Namespace) -> int:
-    report = retrieve(args.model, args.index, args.questions, args.out, args.cfg)
+    report = retrieve(args.model, args.queries, args.index, args.out, args.cfg)
     write_json(args.report, report)
     return 0
 
 
 def _cmd_hybrid(args: argparse.Namespace) -> int:
     report = hybrid(
-        args.model, args.index, args.embeddings, args.bm25_run, args.questions, args.out, args.cfg
+        args.model, args.queries, args.index, args.embeddings, args.bm25_run, args.out, args.cfg
     )
     write_json(args.report, report)
     return 0
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="model directory (its query encoder is used)")
+    p.add_argument(
+        "--model", required=True, help="model directory (read for its method; no weights)"
+    )
+    p.add_argument("--queries", required=True, help="question vectors (drpipe encode-queries)")
     p.add_argument("--index", required=True, help="index built by `drpipe index`")
-    p.add_argument("--questions", required=True, help="questions table (Parquet)")
     p.add_argument("--out", required=True, help="run (Parquet: qid, rank, pid, score)")
     p.add_argument("--report", required=True, help="JSON report (counts, timings)")
 

@@ -53,12 +53,13 @@ import random
 import shutil
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from drpipe.cliutil import add_cfg, need
+from drpipe.cliutil import add_cfg, add_runtime, need
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, progress, write_json
 from drpipe.qa.mining import CTX_LISTS, read_biencoder
@@ -90,8 +91,10 @@ DEFAULTS: dict[str, Any] = {
     "threads": None,
     "log_every": 20,
 }
-CTX_KEYS = ("passage_id", "title", "text")
 CKPT_FILE = "state.pt"
+# cfg keys that change no weight: the rule passes them outside the hashed cfg, and a checkpoint
+# written with other values still resumes.
+RUNTIME_KEYS = ("checkpoint_every", "log_every", "threads")
 
 
 # ---------------------------------------------------------------- examples and data order
@@ -99,14 +102,13 @@ CKPT_FILE = "state.pt"
 
 def read_examples(path: str | Path) -> tuple[list[dict], int]:
     """Training examples of a JSON-lines file or a DPR ``.json`` list, and the number discarded
-    for lacking a positive passage. Only what training reads is kept."""
+    for lacking a positive passage. Every field is kept (DCSR reads ``answers``); missing
+    context lists become empty lists."""
     kept, dropped = [], 0
     for rec in read_biencoder(path, normalize=False):
-        ex = {"question": rec["question"]}
-        if "qid" in rec:
-            ex["qid"] = rec["qid"]
+        ex = dict(rec)
         for key in CTX_LISTS:
-            ex[key] = [{k: c[k] for k in CTX_KEYS if k in c} for c in rec.get(key) or []]
+            ex[key] = list(rec.get(key) or [])
         if ex["positive_ctxs"]:
             kept.append(ex)
         else:
@@ -212,11 +214,19 @@ def default_threads() -> int:
 
 
 def rng_states() -> dict[str, Any]:
+    """RNG states as tensors and plain types, so a checkpoint loads with ``weights_only``."""
     import torch
 
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
     return {
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "python": random.getstate(),  # (version, tuple of ints, float | None)
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        },
         "torch": torch.get_rng_state(),
     }
 
@@ -224,15 +234,21 @@ def rng_states() -> dict[str, Any]:
 def set_rng_states(state: dict[str, Any]) -> None:
     import torch
 
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state(
+        (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"])
+    )
     torch.set_rng_state(state["torch"])
 
 
 def fingerprint(method: str, cfg: dict, train: Sequence[Path], val: Sequence[Path]) -> str:
-    """What a checkpoint belongs to: a resume with other inputs or cfg starts afresh."""
+    """What a checkpoint belongs to: a resume with other inputs or cfg starts afresh. Settings
+    that change no weight (checkpoint cadence, logging, threads) are left out."""
     files = [(str(p.resolve()), p.stat().st_size) for p in [*train, *val]]
-    blob = json.dumps({"method": method, "cfg": cfg, "files": files}, sort_keys=True, default=str)
+    kept = {k: v for k, v in cfg.items() if k not in RUNTIME_KEYS}
+    blob = json.dumps({"method": method, "cfg": kept, "files": files}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -245,12 +261,21 @@ def save_checkpoint(ckpt_dir: Path, state: dict[str, Any]) -> None:
 
 
 def load_checkpoint(ckpt_dir: Path, fp: str) -> dict[str, Any] | None:
+    """The checkpoint in ``ckpt_dir`` if it belongs to ``fp``. Loaded with ``weights_only``:
+    tensors and plain types only, so a tampered file cannot run code."""
+    import pickle
+
     import torch
 
     path = ckpt_dir / CKPT_FILE
     if not path.is_file():
         return None
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
+        raise InputError(
+            path, None, f"checkpoint cannot be read safely ({exc}); delete {ckpt_dir} to restart"
+        ) from None
     if state.get("fingerprint") != fp:
         log.warning("checkpoint %s is for other inputs or cfg: starting afresh", path)
         return None
@@ -268,7 +293,8 @@ def resolve_cfg(method_defaults: dict[str, Any], cfg: dict[str, Any]) -> dict[st
     return {**DEFAULTS, **method_defaults, **cfg}
 
 
-def build_model(cfg: dict[str, Any]):
+def build_model(cfg: dict[str, Any], special_tokens: Sequence[str] = ()):
+    """The bi-encoder ``cfg`` describes, with a method's ``special_tokens`` added."""
     from drpipe.encoders import BiEncoder
 
     cfg = {**DEFAULTS, **cfg}
@@ -280,15 +306,19 @@ def build_model(cfg: dict[str, Any]):
         max_query_len=int(cfg["max_query_len"]),
         max_passage_len=int(cfg["max_passage_len"]),
         grad_checkpointing=bool(cfg["grad_checkpointing"]),
+        add_tokens=special_tokens,
     )
 
 
 def make_optimizer(model, cfg: dict[str, Any]):
+    """AdamW over the model's parameters only: state a method keeps outside the model (xMoCo's
+    slow encoders) is never optimised."""
     import torch
 
     decay, no_decay = [], []
     for name, p in model.named_parameters():
-        (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
+        if p.requires_grad:
+            (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
     groups = [
         {"params": decay, "weight_decay": float(cfg["weight_decay"])},
         {"params": no_decay, "weight_decay": 0.0},
@@ -297,7 +327,8 @@ def make_optimizer(model, cfg: dict[str, Any]):
 
 
 def validate(method, model, val: list[dict], cfg, dctx, device, bf16: bool) -> dict[str, float]:
-    """Mean loss and average rank of the positive over validation batches (sharded by rank)."""
+    """Mean loss and average rank of the positive over validation batches (sharded by rank).
+    The method is called with ``train=False``: validation never changes its state."""
     import torch
 
     from drpipe.encoders import autocast
@@ -315,7 +346,7 @@ def validate(method, model, val: list[dict], cfg, dctx, device, bf16: bool) -> d
                 continue
             idx = range(start, min(start + size, len(val)))
             batch = method.collate([(i, val[i]) for i in idx], ctx).to(device)
-            _, stats = method.loss(model, batch, local)
+            _, stats = method.loss(model, batch, local, train=False)
             sums["loss_sum"] += stats["loss"] * stats["n_questions"]
             sums["n_questions"] += stats["n_questions"]
             sums["rank_sum"] += stats["rank_sum"]
@@ -333,8 +364,8 @@ def validate(method, model, val: list[dict], cfg, dctx, device, bf16: bool) -> d
 
 def load_training_data(
     train_paths: Sequence[Path], val_paths: Sequence[Path], cfg: dict[str, Any]
-) -> tuple[list[dict], list[dict], dict[str, int]]:
-    counts = {"n_read": 0, "n_discarded_no_positive": 0}
+) -> tuple[list[dict], list[dict], dict[str, Any]]:
+    counts: dict[str, Any] = {"n_read": 0, "n_discarded_no_positive": 0}
     examples: list[dict] = []
     for p in train_paths:
         ex, dropped = read_examples(p)
@@ -353,10 +384,12 @@ def load_training_data(
                 counts.get("n_val_discarded_no_positive", 0) + dropped
             )
         train = examples
+        counts["validation"] = "development files (all training examples are trained on)"
     else:
         tr_idx, val_idx = split_validation(len(examples), float(cfg["val_fraction"]), seed)
         train = [examples[i] for i in tr_idx]
         val = [examples[i] for i in val_idx]
+        counts["validation"] = f"held-out {cfg['val_fraction']} of the training examples"
     if cfg["max_examples"] is not None and int(cfg["max_examples"]) < len(train):
         keep = np.sort(
             np.random.default_rng([seed, 11]).permutation(len(train))[: int(cfg["max_examples"])]
@@ -367,6 +400,290 @@ def load_training_data(
         raise InputError(train_paths[0], None, "no training examples with a positive passage")
     counts["n_train"], counts["n_val"] = len(train), len(val)
     return train, val, counts
+
+
+@dataclass
+class Progress:
+    """Where a run is and what it has seen: everything a checkpoint restores besides weights."""
+
+    epoch: int = 0
+    batch_pos: int = 0
+    step: int = 0
+    best: dict[str, Any] | None = None
+    history: dict[str, Any] = field(
+        default_factory=lambda: {
+            "train_curve": [],
+            "val_curve": [],
+            "train_seconds": 0.0,
+            "examples": 0,
+            "window": [],  # losses since the last log line
+            "epoch_losses": [],  # losses of the current epoch
+            "short_negatives": 0,
+        }
+    )
+
+
+class Trainer:
+    """One training run: the model, its optimizer and schedule, the method, checkpoints.
+
+    ``run()`` goes epoch by epoch: ``train_step`` per global batch, ``end_epoch`` (validate,
+    keep the best model, checkpoint), then ``finish`` writes the model directory.
+    """
+
+    def __init__(self, method_name: str, train_paths, out_dir, cfg, val_paths=()):
+        import torch
+
+        from drpipe.encoders import select_device, use_bf16
+        from drpipe.methods import get_method
+
+        self.t_start = time.perf_counter()
+        self.method_name = method_name
+        self.method = get_method(method_name, cfg)
+        self.cfg = cfg = resolve_cfg(self.method.config_defaults(), cfg)
+        self.train_paths = [Path(p) for p in train_paths]
+        self.val_paths = [Path(p) for p in val_paths]
+        self.out_dir = Path(out_dir)
+        self.ckpt_dir = self.out_dir.with_name(self.out_dir.name + ".ckpt")
+        self.dctx, self.created_group = init_distributed()
+        self.is_main = self.dctx.rank == 0
+        self.seed = seed = int(cfg["seed"])
+
+        self.threads = int(cfg["threads"] or default_threads())
+        torch.set_num_threads(self.threads)
+        self.device = select_device()
+        self.bf16 = use_bf16(cfg["bf16"], self.device)
+        if self.device.type == "cpu":
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        random.seed(seed + self.dctx.rank)
+        np.random.seed(seed + self.dctx.rank)
+        torch.manual_seed(seed + self.dctx.rank)  # different dropout masks per rank, as in DDP
+
+        self.train, self.val, self.counts = load_training_data(
+            self.train_paths, self.val_paths, cfg
+        )
+        self.model = build_model(cfg, self.method.special_tokens).to(self.device)
+        self.model.method = {"name": method_name, "cfg": self.method.cfg}
+        self.model.train()
+        self.method.attach(self.model)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(self.model, cfg)
+
+        self.batch_size, self.epochs = int(cfg["batch_size"]), int(cfg["epochs"])
+        if self.batch_size < self.dctx.world_size:
+            raise SystemExit(f"error: batch_size {self.batch_size} < {self.dctx.world_size} ranks")
+        self.per_epoch = len(self._batches(0))
+        self.total_steps = self.per_epoch * self.epochs
+        self.warmup = (
+            int(round(float(cfg["warmup_ratio"]) * self.total_steps))
+            if cfg["warmup_ratio"] is not None
+            else int(cfg["warmup_steps"])
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, linear_schedule(self.warmup, self.total_steps)
+        )
+        self.fp = fingerprint(method_name, cfg, self.train_paths, self.val_paths)
+        self.progress = Progress()
+        self.resumed_from: int | None = None
+
+    def _batches(self, epoch: int) -> list[np.ndarray]:
+        return epoch_batches(
+            len(self.train), self.batch_size, self.seed, epoch, self.dctx.world_size
+        )
+
+    # ---- checkpoints
+
+    def resume(self) -> None:
+        """Continue from this run's checkpoint, if there is one for these inputs and cfg."""
+        state = load_checkpoint(self.ckpt_dir, self.fp)
+        if state is None:
+            if self.is_main and self.ckpt_dir.exists():
+                shutil.rmtree(self.ckpt_dir)
+            return
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.method.load_state_dict(state["method"])
+        set_rng_states(state["rng"][self.dctx.rank])
+        pr = self.progress
+        pr.epoch, pr.batch_pos, pr.step = state["epoch"], state["batch_pos"], state["step"]
+        pr.best, pr.history = state["best"], state["history"]
+        self.resumed_from = pr.step
+        log.info(
+            "resumed from %s at epoch %d, batch %d, step %d",
+            self.ckpt_dir, pr.epoch, pr.batch_pos, pr.step,
+        )  # fmt: skip
+
+    def checkpoint(self) -> None:
+        rngs = [rng_states()]
+        if self.dctx.world_size > 1:
+            import torch.distributed as dist
+
+            rngs = [None] * self.dctx.world_size
+            dist.all_gather_object(rngs, rng_states())
+        if self.is_main:
+            pr = self.progress
+            save_checkpoint(
+                self.ckpt_dir,
+                {
+                    "fingerprint": self.fp,
+                    "epoch": pr.epoch,
+                    "batch_pos": pr.batch_pos,
+                    "step": pr.step,
+                    "model": self.model.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "method": self.method.state_dict(),
+                    "rng": rngs,
+                    "best": pr.best,
+                    "history": pr.history,
+                },
+            )
+
+    # ---- steps and epochs
+
+    def train_step(self, idx: np.ndarray, ctx) -> float:
+        """One optimizer step on this rank's part ``idx`` of a global batch; returns the loss."""
+        import torch
+
+        from drpipe.encoders import autocast
+
+        batch = self.method.collate([(int(i), self.train[i]) for i in idx], ctx).to(self.device)
+        self.progress.history["short_negatives"] += getattr(batch, "short_negatives", 0)
+        self.optimizer.zero_grad(set_to_none=True)
+        with autocast(self.device, self.bf16):
+            loss, stats = self.method.loss(self.model, batch, self.dctx, train=True)
+        loss.backward()
+        sum_gradients(self.params, self.dctx)
+        if self.cfg["grad_clip"]:
+            torch.nn.utils.clip_grad_norm_(self.params, float(self.cfg["grad_clip"]))
+        self.optimizer.step()
+        self.scheduler.step()
+        self.method.after_step(self.model)
+        return stats["loss"]
+
+    def end_epoch(self) -> None:
+        """Validate, keep the best model so far (average rank, then loss), checkpoint."""
+        pr = self.progress
+        entry: dict[str, Any] = {
+            "epoch": pr.epoch,
+            "step": pr.step,
+            "train_loss": float(np.mean(pr.history["epoch_losses"])),
+        }
+        if self.val:
+            entry.update(
+                validate(
+                    self.method, self.model, self.val, self.cfg, self.dctx, self.device, self.bf16
+                )
+            )
+            log.info(
+                "epoch %d validation: loss %.4f, average rank %.3f, accuracy %.3f",
+                pr.epoch, entry["loss"], entry["avg_rank"], entry["accuracy"],
+            )  # fmt: skip
+            key = (entry["avg_rank"], entry["loss"])
+            if pr.best is None or key < tuple(pr.best["key"]):
+                pr.best = {"key": list(key), "epoch": pr.epoch, "step": pr.step}
+                if self.is_main:
+                    with atomic_path(self.ckpt_dir / "best", directory=True) as tmp:
+                        self.model.save(tmp)
+        pr.history["val_curve"].append(entry)
+        pr.history["epoch_losses"].clear()
+        pr.epoch += 1
+        pr.batch_pos = 0
+        self.checkpoint()
+
+    def run(self, stop_after: int | None = None) -> dict[str, Any]:
+        from drpipe.methods.base import CollateContext
+
+        self.resume()
+        pr, h = self.progress, self.progress.history
+        log.info(
+            "training %s: %d train / %d val examples, %d epochs x %d steps, batch %d, "
+            "%d rank(s), device %s, bf16 %s, %d threads",
+            self.method_name, len(self.train), len(self.val), self.epochs, self.per_epoch,
+            self.batch_size, self.dctx.world_size, self.device, self.bf16, self.threads,
+        )  # fmt: skip
+        every = int(self.cfg["checkpoint_every"] or 0)
+        log_every = max(1, int(self.cfg["log_every"]))
+        bar = progress(
+            total=self.total_steps, initial=pr.step, desc="train", unit="step",
+            disable=not self.is_main,
+        )  # fmt: skip
+        while pr.epoch < self.epochs:
+            batches = self._batches(pr.epoch)
+            ctx = CollateContext(
+                model=self.model, seed=self.seed, epoch=pr.epoch, sample=True, pool=self.train
+            )
+            while pr.batch_pos < len(batches):
+                t0 = time.perf_counter()
+                idx = shard(batches[pr.batch_pos], self.dctx.rank, self.dctx.world_size)
+                loss = self.train_step(idx, ctx)
+                pr.step += 1
+                pr.batch_pos += 1
+                h["train_seconds"] += time.perf_counter() - t0
+                h["examples"] += len(batches[pr.batch_pos - 1])
+                h["window"].append(loss)
+                h["epoch_losses"].append(loss)
+                bar.update(1)
+                if pr.step % log_every == 0 or pr.batch_pos == len(batches):
+                    mean = float(np.mean(h["window"]))
+                    lr = self.scheduler.get_last_lr()[0]
+                    h["train_curve"].append(
+                        {"step": pr.step, "epoch": pr.epoch, "loss": mean, "lr": lr}
+                    )
+                    log.info("epoch %d step %d loss %.4f", pr.epoch, pr.step, mean)
+                    h["window"].clear()
+                if stop_after is not None and pr.step >= stop_after:
+                    bar.close()
+                    return {"stopped_at_step": pr.step}
+                if every and pr.step % every == 0 and pr.batch_pos < len(batches):
+                    self.checkpoint()
+            self.end_epoch()
+        bar.close()
+        self.finish()
+        return self.report()
+
+    def finish(self) -> None:
+        """Write the best model (or the last, without validation) to ``out_dir`` atomically."""
+        if self.is_main:
+            with atomic_path(self.out_dir, directory=True) as tmp:
+                if self.val and (self.ckpt_dir / "best").is_dir():
+                    shutil.copytree(self.ckpt_dir / "best", tmp, dirs_exist_ok=True)
+                else:
+                    self.model.save(tmp)
+            shutil.rmtree(self.ckpt_dir, ignore_errors=True)
+        if self.dctx.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+            if self.created_group:
+                dist.destroy_process_group()
+
+    def report(self) -> dict[str, Any]:
+        pr, h = self.progress, self.progress.history
+        return {
+            "method": self.method_name,
+            "train_files": [str(p) for p in self.train_paths],
+            "val_files": [str(p) for p in self.val_paths],
+            **self.counts,
+            "short_negatives": h["short_negatives"],
+            "cfg": self.cfg,
+            "epochs": self.epochs,
+            "steps": pr.step,
+            "steps_per_epoch": self.per_epoch,
+            "warmup_steps": self.warmup,
+            "train_curve": h["train_curve"],
+            "val_curve": h["val_curve"],
+            "best_epoch": None if pr.best is None else pr.best["epoch"],
+            "examples_per_second": h["examples"] / max(h["train_seconds"], 1e-9),
+            "train_seconds": h["train_seconds"],
+            "seconds": time.perf_counter() - self.t_start,
+            "device": str(self.device),
+            "bf16": self.bf16,
+            "threads": self.threads,
+            "world_size": self.dctx.world_size,
+            "resumed_from_step": self.resumed_from,
+            **self.method.report(),
+        }
 
 
 def train_model(
@@ -383,213 +700,7 @@ def train_model(
     ``stop_after``: return after that many optimizer steps without writing anything more
     (simulates a killed job; tests use it to check that resuming gives identical weights).
     """
-    import torch
-
-    from drpipe.encoders import autocast, select_device, use_bf16
-    from drpipe.methods import get_method
-    from drpipe.methods.base import CollateContext
-
-    t_start = time.perf_counter()
-    method = get_method(method_name, cfg)
-    cfg = resolve_cfg(method.defaults, cfg)
-    train_paths = [Path(p) for p in train_paths]
-    val_paths = [Path(p) for p in val_paths]
-    out_dir = Path(out_dir)
-    ckpt_dir = out_dir.with_name(out_dir.name + ".ckpt")
-    dctx, created_group = init_distributed()
-    is_main = dctx.rank == 0
-    seed = int(cfg["seed"])
-
-    threads = int(cfg["threads"] or default_threads())
-    torch.set_num_threads(threads)
-    device = select_device()
-    bf16 = use_bf16(cfg["bf16"], device)
-    if device.type == "cpu":
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    random.seed(seed + dctx.rank)
-    np.random.seed(seed + dctx.rank)
-    torch.manual_seed(seed + dctx.rank)  # different dropout masks per rank, as in DDP
-
-    train, val, counts = load_training_data(train_paths, val_paths, cfg)
-    model = build_model(cfg).to(device)
-    model.train()
-    method.attach(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = make_optimizer(model, cfg)
-
-    batch_size, epochs = int(cfg["batch_size"]), int(cfg["epochs"])
-    if batch_size < dctx.world_size:
-        raise SystemExit(f"error: batch_size {batch_size} < {dctx.world_size} ranks")
-    per_epoch = len(epoch_batches(len(train), batch_size, seed, 0, dctx.world_size))
-    total_steps = per_epoch * epochs
-    warmup = (
-        int(round(float(cfg["warmup_ratio"]) * total_steps))
-        if cfg["warmup_ratio"] is not None
-        else int(cfg["warmup_steps"])
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(warmup, total_steps))
-
-    fp = fingerprint(method_name, cfg, train_paths, val_paths)
-    state = load_checkpoint(ckpt_dir, fp)
-    epoch, batch_pos, step, best = 0, 0, 0, None
-    history: dict[str, Any] = {
-        "train_curve": [],
-        "val_curve": [],
-        "train_seconds": 0.0,
-        "examples": 0,
-        "window": [],  # losses since the last log line
-        "epoch_losses": [],  # losses of the current epoch
-        "short_negatives": 0,
-    }
-    resumed_from = None
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        method.load_state_dict(state["method"])
-        set_rng_states(state["rng"][dctx.rank])
-        epoch, batch_pos, step = state["epoch"], state["batch_pos"], state["step"]
-        best, history = state["best"], state["history"]
-        resumed_from = step
-        log.info("resumed from %s at epoch %d, batch %d, step %d", ckpt_dir, epoch, batch_pos, step)
-    else:
-        if is_main and ckpt_dir.exists():
-            shutil.rmtree(ckpt_dir)
-    log.info(
-        "training %s: %d train / %d val examples, %d epochs x %d steps, batch %d, %d rank(s), "
-        "device %s, bf16 %s, %d threads",
-        method_name, len(train), len(val), epochs, per_epoch, batch_size, dctx.world_size,
-        device, bf16, threads,
-    )  # fmt: skip
-
-    def checkpoint() -> None:
-        rngs = [rng_states()]
-        if dctx.world_size > 1:
-            import torch.distributed as dist
-
-            rngs = [None] * dctx.world_size
-            dist.all_gather_object(rngs, rng_states())
-        if is_main:
-            save_checkpoint(
-                ckpt_dir,
-                {
-                    "fingerprint": fp,
-                    "epoch": epoch,
-                    "batch_pos": batch_pos,
-                    "step": step,
-                    "model": model.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "method": method.state_dict(),
-                    "rng": rngs,
-                    "best": best,
-                    "history": history,
-                },
-            )
-
-    every = int(cfg["checkpoint_every"] or 0)
-    log_every = max(1, int(cfg["log_every"]))
-    bar = progress(total=total_steps, initial=step, desc="train", unit="step", disable=not is_main)
-    while epoch < epochs:
-        batches = epoch_batches(len(train), batch_size, seed, epoch, dctx.world_size)
-        ctx = CollateContext(model=model, seed=seed, epoch=epoch, sample=True, pool=train)
-        epoch_loss, window = history["epoch_losses"], history["window"]
-        while batch_pos < len(batches):
-            t0 = time.perf_counter()
-            idx = shard(batches[batch_pos], dctx.rank, dctx.world_size)
-            batch = method.collate([(int(i), train[i]) for i in idx], ctx).to(device)
-            history["short_negatives"] += getattr(batch, "short_negatives", 0)
-            optimizer.zero_grad(set_to_none=True)
-            with autocast(device, bf16):
-                loss, stats = method.loss(model, batch, dctx)
-            loss.backward()
-            sum_gradients(params, dctx)
-            if cfg["grad_clip"]:
-                torch.nn.utils.clip_grad_norm_(params, float(cfg["grad_clip"]))
-            optimizer.step()
-            scheduler.step()
-            method.after_step(model)
-            step += 1
-            batch_pos += 1
-            history["train_seconds"] += time.perf_counter() - t0
-            history["examples"] += len(batches[batch_pos - 1])
-            window.append(stats["loss"])
-            epoch_loss.append(stats["loss"])
-            bar.update(1)
-            if step % log_every == 0 or batch_pos == len(batches):
-                mean = float(np.mean(window))
-                history["train_curve"].append(
-                    {"step": step, "epoch": epoch, "loss": mean, "lr": scheduler.get_last_lr()[0]}
-                )
-                log.info("epoch %d step %d loss %.4f", epoch, step, mean)
-                window.clear()
-            if stop_after is not None and step >= stop_after:
-                bar.close()
-                return {"stopped_at_step": step}
-            if every and step % every == 0 and batch_pos < len(batches):
-                checkpoint()
-        # End of epoch: validate, keep the best model, checkpoint.
-        entry: dict[str, Any] = {
-            "epoch": epoch,
-            "step": step,
-            "train_loss": float(np.mean(epoch_loss)),
-        }
-        if val:
-            entry.update(validate(method, model, val, cfg, dctx, device, bf16))
-            log.info(
-                "epoch %d validation: loss %.4f, average rank %.3f, accuracy %.3f",
-                epoch, entry["loss"], entry["avg_rank"], entry["accuracy"],
-            )  # fmt: skip
-            key = (entry["avg_rank"], entry["loss"])
-            if best is None or key < tuple(best["key"]):
-                best = {"key": list(key), "epoch": epoch, "step": step}
-                if is_main:
-                    with atomic_path(ckpt_dir / "best", directory=True) as tmp:
-                        model.save(tmp)
-        history["val_curve"].append(entry)
-        epoch_loss.clear()
-        epoch += 1
-        batch_pos = 0
-        checkpoint()
-    bar.close()
-
-    if is_main:
-        with atomic_path(out_dir, directory=True) as tmp:
-            if val and (ckpt_dir / "best").is_dir():
-                shutil.copytree(ckpt_dir / "best", tmp, dirs_exist_ok=True)
-            else:
-                model.save(tmp)
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
-    if dctx.world_size > 1:
-        import torch.distributed as dist
-
-        dist.barrier()
-        if created_group:
-            dist.destroy_process_group()
-    seconds = time.perf_counter() - t_start
-    return {
-        "method": method_name,
-        "train_files": [str(p) for p in train_paths],
-        "val_files": [str(p) for p in val_paths],
-        **counts,
-        "short_negatives": history["short_negatives"],
-        "cfg": cfg,
-        "epochs": epochs,
-        "steps": step,
-        "steps_per_epoch": per_epoch,
-        "warmup_steps": warmup,
-        "train_curve": history["train_curve"],
-        "val_curve": history["val_curve"],
-        "best_epoch": None if best is None else best["epoch"],
-        "examples_per_second": history["examples"] / max(history["train_seconds"], 1e-9),
-        "train_seconds": history["train_seconds"],
-        "seconds": seconds,
-        "device": str(device),
-        "bf16": bf16,
-        "threads": threads,
-        "world_size": dctx.world_size,
-        "resumed_from_step": resumed_from,
-    }
+    return Trainer(method_name, train_paths, out_dir, cfg, val_paths).run(stop_after)
 
 
 def init_model(out_dir: str | Path, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -598,6 +709,7 @@ def init_model(out_dir: str | Path, cfg: dict[str, Any]) -> dict[str, Any]:
     need(cfg, "init")
     full = {k: cfg.get(k, DEFAULTS[k]) for k in keys}
     model = build_model(full)
+    model.method = {"name": "dpr", "cfg": {}}  # used the way DPR's encoders are
     with atomic_path(out_dir, directory=True) as tmp:
         model.save(tmp)
     return {"init": full["init"], "meta": model.meta()}
@@ -667,6 +779,7 @@ def register(sub) -> None:
         help="processes (GPUs) to train on; >1 relaunches this command under torchrun",
     )
     add_cfg(p)
+    add_runtime(p, *(k for k in RUNTIME_KEYS if k != "threads"))
     p.set_defaults(func=_train)
 
     p = sub.add_parser("init-model", help="save the initial encoders (the no-fine-tuning row)")

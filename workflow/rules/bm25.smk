@@ -15,10 +15,10 @@ rule bm25_index:
     threads: C["threads"]
     params:
         cfg=cfg_json({"java": C["bm25"]["java"]}),
-        code=code("bm25.py"),
+        code=code("drpipe.bm25"),
     shell:
         "drpipe bm25 index --passages {input:q} --out {output:q} --cfg {params.cfg:q}"
-        " --threads {threads} 2> {log:q}"
+        " --threads {threads:q} 2> {log:q}"
 
 
 rule bm25_search:
@@ -45,8 +45,8 @@ rule bm25_search:
                 "java": C["bm25"]["java"],
             }
         ),
-        code=code("bm25.py"),
+        code=code("drpipe.bm25"),
     shell:
         "drpipe bm25 search --index {input.index:q} --questions {input.questions:q}"
         " --out {output.run:q} --trec {output.trec:q} --report {output.report:q}"
-        " --cfg {params.cfg:q} --threads {threads} 2> {log:q}"
+        " --cfg {params.cfg:q} --threads {threads:q} 2> {log:q}"

@@ -3,25 +3,60 @@ import json
 import os
 from pathlib import Path
 
-from drpipe.config import method_config
+import drpipe
+from drpipe.codehash import code_hash
+from drpipe.config import (
+    method_config,
+    method_run_options,
+    method_variant,
+    split_run_name,
+)
 from drpipe.config import resolve as resolve_config
-from drpipe.provenance import code_hash
+from drpipe.methods import method_class, method_module, method_names
 
 import yaml
 
-SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
-with open(SCHEMA) as _fh:
-    # Merges the active scale's overlay (then `--config key=value` values, which win over it)
-    # and validates every scale; errors name the key. `--configfile` values are base-level.
-    C = resolve_config(
-        config, yaml.safe_load(_fh), dict(workflow.config_settings.config)
+PKG = Path(workflow.basedir) / "workflow" / "drpipe"
+# The code hashes below describe PKG; the jobs run the installed drpipe. They must be one.
+if Path(drpipe.__file__).resolve().parent != PKG.resolve():
+    raise WorkflowError(
+        f"the installed drpipe is {Path(drpipe.__file__).parent}, not this checkout's {PKG}: "
+        "its code hashes would not describe what runs. Install this checkout "
+        "(pip install -e .) or run the workflow of the checkout that is installed."
     )
 
-PKG = Path(workflow.basedir) / "workflow" / "drpipe"
+SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
+DEFAULT_CONFIG = Path(workflow.basedir) / "config.yaml"
+
+
+def _user_config_files():
+    """Contents of the user's --configfile files (config.yaml itself is the defaults)."""
+    out = []
+    for path in workflow.overwrite_configfiles or []:
+        if Path(path).resolve() != DEFAULT_CONFIG.resolve():
+            with open(path) as fh:
+                out.append(yaml.safe_load(fh) or {})
+    return out
+
+
+with open(SCHEMA) as _fh, open(DEFAULT_CONFIG) as _dfh:
+    # defaults < scale overlay < --configfile < --config key=value; every scale is validated
+    # and errors name the key.
+    C = resolve_config(
+        yaml.safe_load(_dfh),
+        yaml.safe_load(_fh),
+        dict(workflow.config_settings.config),
+        user_files=_user_config_files(),
+    )
+
 MIRROR = os.environ.get("DATA_MIRROR", "")
 SCALE = C["scale"]
 DOCS = C["corpus"]["documents"]
-DENSE = "init|dpr(\\.[A-Za-z0-9_]+)?"
+METHODS = method_names()
+# A run: a registered method or one of its variants ("dpr", "dpr.t3_gold_7").
+RUN = "(?:{})(?:\\.[A-Za-z0-9_]+)?".format("|".join(METHODS))
+# Runs with an encoder: the initial (not fine-tuned) encoder or a trained run.
+DENSE = f"init|{RUN}"
 
 
 def cfg_json(obj):
@@ -29,10 +64,43 @@ def cfg_json(obj):
     return json.dumps(obj, sort_keys=True)
 
 
-def code(*parts):
-    """Hash of the package code a job runs, plus the shared helpers (a change reruns it)."""
-    common = ["io.py", "errors.py", "cliutil.py", "cli.py"]
-    return code_hash([PKG / p for p in (*common, *parts)])
+def code(*modules):
+    """Hash of the code a job runs: the import closure of its command's modules."""
+    return code_hash(modules)
+
+
+def run_method(run):
+    """The method of a run ("init" is the initial encoder, used the way DPR uses one)."""
+    return "dpr" if run == "init" else split_run_name(run)[0]
+
+
+def method_code(run, *modules):
+    """Code hash of a command plus the one method module the run uses (its own code only)."""
+    return code_hash((*modules, method_module(run_method(run))))
+
+
+def runtime(fn):
+    """A params function for settings that change no output (batch sizes, checkpoint cadence).
+    Snakemake leaves params functions that read `resources` out of its rerun trigger."""
+    return lambda wildcards, resources: fn(wildcards)
+
+
+def options(values):
+    """Command-line options from a dict: {"batch_size": 64} -> "--batch-size 64"."""
+    return " ".join(
+        f"--{k.replace('_', '-')} {int(v)}" for k, v in sorted(values.items())
+    )
+
+
+def env(gpu=False):
+    """Conda environment of a rule: the CUDA one for rules that use a GPU at paper scale."""
+    name = "gpu" if gpu and SCALE == "paper" else "cpu"
+    return f"../../envs/{name}.yaml"
+
+
+def gpus(n=1):
+    """GPUs a job asks for: at paper scale only."""
+    return n if SCALE == "paper" else 0
 
 
 def source_file(name):
@@ -42,6 +110,13 @@ def source_file(name):
             f"config: unknown source '{name}' (known: {sorted(C['sources'])})"
         )
     src = C["sources"][name]
+    # A fetched, recorded file keeps its name wherever DATA_MIRROR points now.
+    names = [Path(src["mirror"]).name] if src.get("mirror") else []
+    if src.get("url"):
+        names.append(src["url"].rsplit("/", 1)[-1])
+    for base in names:
+        if Path(f"results/data/records/{name}/{base}.json").is_file():
+            return f"results/data/{name}/{base}"
     in_mirror = (
         MIRROR and src.get("mirror") and (Path(MIRROR) / src["mirror"]).is_file()
     )
@@ -93,6 +168,7 @@ def used_sources():
     for dataset, splits in C["qa"].items():
         names += [s["source"] for s in splits.values() if s]
     names += [v for v in C["train_examples"].values() if v != "mine"]
+    names += list(C["dev_examples"].values())
     return sorted(set(names))
 
 
@@ -145,35 +221,57 @@ def train_set_files(train_set):
     return [train_examples_file(d) for d in C["train_sets"][train_set]]
 
 
+def val_set_files(train_set):
+    """Development examples of every dataset of a train set (DPR selects checkpoints on dev);
+    empty when one lacks them, and the training holds out `val_fraction` instead."""
+    names = [C["dev_examples"].get(d) for d in C["train_sets"][train_set]]
+    return [source_file(n) for n in names] if all(names) else []
+
+
 # --- encode ---
 
 
-def shard_files(method, train_set, suffix=".npy"):
+def shard_files(run, train_set, suffix=".npy"):
     return [
-        f"results/embeddings/{method}/{train_set}/shard-{i}{suffix}"
+        f"results/embeddings/{run}/{train_set}/shard-{i}{suffix}"
         for i in range(C["encode"]["shards"])
     ]
 
 
-# --- retrieve ---
+def corpus_inputs(run):
+    """What encoding a run's corpus reads: the passages, and their sentences if its method's
+    units are sentences (DCSR)."""
+    out = {"passages": "results/corpus/passages.parquet"}
+    if method_class(run_method(run)).corpus_units == "sentences":
+        out["sentences"] = "results/corpus/sentences.parquet"
+    return out
+
+
+# --- index and retrieve ---
+
+
+def index_type(run):
+    by_method = C["index"]["by_method"].get(run_method(run)) or {}
+    return by_method.get("type", C["index"]["type"])
 
 
 def index_file(w):
-    return f"results/index/{w.method}/{w.train_set}/{C['index']['type']}.faiss"
+    return f"results/index/{w.run}/{w.train_set}/{index_type(w.run)}.faiss"
 
 
-def retrieve_cfg(lambda_=None, depth=None):
-    cfg = {
-        **C["retrieve"],
-        "index_type": C["index"]["type"],
+def qvec_file(run, train_set, dataset, split):
+    return f"results/qvecs/{run}/{train_set}/{dataset}-{split}.npy"
+
+
+def search_cfg(run):
+    """What a search over a run's index reads (depth, index type and its search knobs)."""
+    return {
+        "top_k": C["retrieve"]["top_k"],
+        "index_type": index_type(run),
         "ef_search": C["index"]["hnsw"]["ef_search"],
         "nprobe": C["index"]["ivfpq"]["nprobe"],
-        "max_query_len": C["encoder"]["max_query_len"],
-        "bf16": C["encoder"]["bf16"],
+        "use_gpu": C["index"]["use_gpu"],
     }
-    if lambda_ is not None:
-        cfg.update({"lambda": lambda_, "depth": depth})
-    return cfg_json(cfg)
 
 
 # --- tables ---
@@ -191,15 +289,16 @@ def table2_runs():
         rows.append(("bm25", "none", dataset, "None", "BM25"))
         rows.append(("init", "none", dataset, "None", "DPR init (no fine-tuning)"))
         for method in t["methods"]:
+            cls = method_class(method)
             settings = [("Single", t["single"].get(dataset))]
             if t["multi"]:
                 settings.append(("Multi", t["multi"]))
             for training, train_set in settings:
                 if train_set is None:
                     continue
-                rows.append((method, train_set, dataset, training, method.upper()))
-                if C["hybrid"]["enabled"]:
-                    label = f"BM25+{method.upper()}"
+                rows.append((method, train_set, dataset, training, cls.label))
+                if C["hybrid"]["enabled"] and cls.hybrid:
+                    label = f"BM25+{cls.label}"
                     rows.append((f"{method}+bm25", train_set, dataset, training, label))
     return rows
 
@@ -223,7 +322,9 @@ def table2_row_map():
 def variant_inputs(which, per_question=False):
     t = C["tables"][which]
     suffix = ".per_question.parquet" if per_question else ".json"
-    runs = [(f"dpr.{v}", t["train_set"]) for v in t["variants"]]
+    runs = [
+        (f"dpr.{v}", t["train_set"]) for v in t["variants"]
+    ]  # DPR's Table 3, Figure 1
     if which == "figure1":
         runs = [("bm25", "none"), *runs, ("dpr", t["train_set"])]
     return [

@@ -31,10 +31,10 @@ rule documents:
                 "seed": C["seed"],
             }
         ),
-        code=code("corpus"),
+        code=code("drpipe.corpus.cli"),
     shell:
-        "drpipe corpus {params.command} {params.flag} {input:q} --out {output.docs:q}"
-        " --report {output.report:q} --cfg {params.cfg:q} --threads {threads} 2> {log:q}"
+        "drpipe corpus {params.command:q} {params.flag:q} {input:q} --out {output.docs:q}"
+        " --report {output.report:q} --cfg {params.cfg:q} --threads {threads:q} 2> {log:q}"
 
 
 if C["corpus"]["passages_tsv"]:
@@ -53,7 +53,7 @@ if C["corpus"]["passages_tsv"]:
             "../../envs/cpu.yaml"
         params:
             cfg=cfg_json({"subset": C["corpus"]["subset"]}),
-            code=code("corpus"),
+            code=code("drpipe.corpus.cli"),
         shell:
             "drpipe corpus dpr-tsv --tsv {input:q} --out {output.passages:q}"
             " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
@@ -77,10 +77,10 @@ else:
             cfg=cfg_json(
                 {"words": C["corpus"]["words"], "subset": C["corpus"]["subset"]}
             ),
-            code=code("corpus"),
+            code=code("drpipe.corpus.cli"),
         shell:
-            "drpipe corpus chunk --docs {input:q} --sources {params.names} --out {output.passages:q}"
-            " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
+            "drpipe corpus chunk --docs {input:q} --sources {params.names:q}"
+            " --out {output.passages:q} --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
 
 
 rule sentences:
@@ -97,7 +97,7 @@ rule sentences:
         "../../envs/cpu.yaml"
     params:
         cfg=cfg_json(C["corpus"]["sentences"]),
-        code=code("corpus"),
+        code=code("drpipe.corpus.cli"),
     shell:
         "drpipe corpus sentences --passages {input:q} --out {output.sentences:q}"
         " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
@@ -115,6 +115,6 @@ rule export_tsv:
     conda:
         "../../envs/cpu.yaml"
     params:
-        code=code("corpus"),
+        code=code("drpipe.corpus.cli"),
     shell:
         "drpipe corpus export-tsv --passages {input:q} --out {output:q} 2> {log:q}"

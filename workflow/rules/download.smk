@@ -1,4 +1,8 @@
 # Inputs: copied from the mirror (DATA_MIRROR) or downloaded, checksum-verified, recorded.
+# Only what determines the bytes (URL, checksums, path inside the mirror) is a param: where
+# the mirror is (read by `drpipe fetch` from DATA_MIRROR at run time) and a source's `note`
+# rerun nothing. Each verified file is also hard-linked under results/data/.verified/, which
+# Snakemake never deletes, so a refetch that cannot reach the mirror reuses it.
 
 
 rule fetch:
@@ -15,9 +19,11 @@ rule fetch:
     conda:
         "../../envs/cpu.yaml"
     params:
-        cfg=lambda w: cfg_json(C["sources"][w.source]),
-        mirror=MIRROR,
-        code=code("download.py"),
+        cfg=lambda w: cfg_json(
+            {k: v for k, v in C["sources"][w.source].items() if k != "note"}
+        ),
+        keep=lambda w: f"results/data/.verified/{w.source}/{w.filename}",
+        code=code("drpipe.download"),
     shell:
-        "drpipe fetch --name {wildcards.source} --mirror {params.mirror:q} --out {output.data:q}"
-        " --record {output.record:q} --cfg {params.cfg:q} 2> {log:q}"
+        "drpipe fetch --name {wildcards.source:q} --out {output.data:q}"
+        " --record {output.record:q} --keep {params.keep:q} --cfg {params.cfg:q} 2> {log:q}"

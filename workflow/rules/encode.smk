@@ -1,35 +1,67 @@
-# Passage vectors: one job per shard, so a failed shard reruns alone.
+# Corpus vectors: one job per shard, so a failed shard reruns alone. The run's method says
+# which units get vectors (passages; DCSR: sentences, so it also reads the sentences).
 
 
 rule encode:
     input:
-        model="results/models/{method}/{train_set}",
-        passages="results/corpus/passages.parquet",
+        unpack(lambda w: {"model": f"results/models/{w.run}/{w.train_set}"}),
+        unpack(lambda w: corpus_inputs(w.run)),
     output:
-        vectors="results/embeddings/{method}/{train_set}/shard-{shard}.npy",
-        ids="results/embeddings/{method}/{train_set}/shard-{shard}.ids.npy",
+        vectors="results/embeddings/{run}/{train_set}/shard-{shard}.npy",
+        ids="results/embeddings/{run}/{train_set}/shard-{shard}.ids.npy",
     log:
-        "results/logs/encode/{method}/{train_set}/shard-{shard}.log",
+        "results/logs/encode/{run}/{train_set}/shard-{shard}.log",
     benchmark:
-        "results/benchmarks/rules/encode/{method}/{train_set}/shard-{shard}.tsv"
+        "results/benchmarks/rules/encode/{run}/{train_set}/shard-{shard}.tsv"
     wildcard_constraints:
-        method=DENSE,
+        run=DENSE,
     conda:
-        "../../envs/cpu.yaml"
+        env(gpu=True)
     threads: C["threads"]
     resources:
-        gpu=lambda w: 1 if SCALE == "paper" else 0,
+        gpu=lambda w: gpus(1),
     params:
         num_shards=C["encode"]["shards"],
-        cfg=cfg_json(
-            {
-                **C["encode"],
-                "max_passage_len": method_config(C, "dpr")["max_passage_len"],
-                "bf16": C["encoder"]["bf16"],
-            }
+        sentences=lambda w, input: (
+            f"--sentences {input.sentences}" if "sentences" in input.keys() else ""
         ),
-        code=code("encoders.py", "encode.py", "corpus/passages.py"),
+        cfg=cfg_json({"dtype": C["encode"]["dtype"], "bf16": C["encoder"]["bf16"]}),
+        opts=runtime(
+            lambda w: options(
+                {k: C["encode"][k] for k in ("batch_size", "block_size")}
+            )
+        ),
+        code=lambda w: method_code(w.run, "drpipe.encode"),
     shell:
         "drpipe encode --model {input.model:q} --passages {input.passages:q}"
-        " --shard {wildcards.shard} --num-shards {params.num_shards} --out {output.vectors:q}"
-        " --cfg {params.cfg:q} --threads {threads} 2> {log:q}"
+        " {params.sentences} --shard {wildcards.shard:q} --num-shards {params.num_shards}"
+        " --out {output.vectors:q} --cfg {params.cfg:q} {params.opts}"
+        " --threads {threads} 2> {log:q}"
+
+
+rule encode_queries:
+    input:
+        model="results/models/{run}/{train_set}",
+        questions="results/qa/{dataset}/{split}.parquet",
+    output:
+        vectors="results/qvecs/{run}/{train_set}/{dataset}-{split}.npy",
+        ids="results/qvecs/{run}/{train_set}/{dataset}-{split}.ids.npy",
+    log:
+        "results/logs/encode_queries/{run}/{train_set}/{dataset}-{split}.log",
+    benchmark:
+        "results/benchmarks/rules/encode_queries/{run}/{train_set}/{dataset}-{split}.tsv"
+    wildcard_constraints:
+        run=DENSE,
+    conda:
+        env(gpu=True)
+    threads: C["threads"]
+    resources:
+        gpu=lambda w: gpus(1),
+    params:
+        cfg=cfg_json({"bf16": C["encoder"]["bf16"]}),
+        opts=runtime(lambda w: options({"batch_size": C["retrieve"]["batch_size"]})),
+        code=lambda w: method_code(w.run, "drpipe.encode"),
+    shell:
+        "drpipe encode-queries --model {input.model:q} --questions {input.questions:q}"
+        " --out {output.vectors:q} --cfg {params.cfg:q} {params.opts}"
+        " --threads {threads} 2> {log:q}"

@@ -14,9 +14,9 @@ rule evaluate:
     benchmark:
         "results/benchmarks/rules/evaluate/{run}/{train_set}/{dataset}-{split}.tsv"
     wildcard_constraints:
-        run="bm25|(init|dpr(\\.[A-Za-z0-9_]+)?)(\\+bm25)?",
+        run=f"bm25|(?:{DENSE})(?:\\+bm25)?",
     conda:
-        "../../envs/cpu.yaml"
+        env()
     params:
         cfg=lambda w: cfg_json(
             {
@@ -27,7 +27,7 @@ rule evaluate:
                 "split": w.split,
             }
         ),
-        code=code("evaluate.py", "qa"),
+        code=code("drpipe.evaluate"),
     shell:
         "drpipe evaluate --run {input.run:q} --questions {input.questions:q}"
         " --passages {input.passages:q} --out {output.metrics:q}"

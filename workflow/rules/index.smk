@@ -1,26 +1,36 @@
-# FAISS indexes over all shards of one encoder's passage vectors.
+# FAISS indexes over all shards of one run's corpus vectors (type per method: config index).
 
 
 rule build_index:
     input:
-        lambda w: shard_files(w.method, w.train_set),
+        lambda w: shard_files(w.run, w.train_set),
     output:
-        index="results/index/{method}/{train_set}/{itype}.faiss",
-        ids="results/index/{method}/{train_set}/{itype}.faiss.ids.npy",
-        meta="results/index/{method}/{train_set}/{itype}.faiss.json",
+        index="results/index/{run}/{train_set}/{itype}.faiss",
+        ids="results/index/{run}/{train_set}/{itype}.faiss.ids.npy",
+        meta="results/index/{run}/{train_set}/{itype}.faiss.json",
     log:
-        "results/logs/build_index/{method}/{train_set}/{itype}.log",
+        "results/logs/build_index/{run}/{train_set}/{itype}.log",
     benchmark:
-        "results/benchmarks/rules/build_index/{method}/{train_set}/{itype}.tsv"
+        "results/benchmarks/rules/build_index/{run}/{train_set}/{itype}.tsv"
     wildcard_constraints:
-        method=DENSE,
+        run=DENSE,
         itype="flat|hnsw|ivfpq",
     conda:
-        "../../envs/cpu.yaml"
+        env(gpu=True)
     threads: C["threads"]
+    resources:
+        gpu=lambda w: gpus(1),
     params:
-        cfg=lambda w: cfg_json({**C["index"], "type": w.itype, "seed": C["seed"]}),
-        code=code("index.py"),
+        cfg=lambda w: cfg_json(
+            {
+                "type": w.itype,
+                "hnsw": C["index"]["hnsw"],
+                "ivfpq": C["index"]["ivfpq"],
+                "use_gpu": C["index"]["use_gpu"],
+                "seed": C["seed"],
+            }
+        ),
+        code=code("drpipe.index"),
     shell:
         "drpipe index --embeddings {input:q} --out {output.index:q} --cfg {params.cfg:q}"
         " --threads {threads} 2> {log:q}"

@@ -17,7 +17,7 @@ rule mine:
         "../../envs/cpu.yaml"
     params:
         cfg=cfg_json({**C["mining"], "seed": C["seed"]}),
-        code=code("qa", "corpus/passages.py"),
+        code=code("drpipe.qa.mine_cli"),
     shell:
         "drpipe mine --questions {input.questions:q} --run {input.run:q}"
         " --passages {input.passages:q} --out {output.examples:q} --report {output.report:q}"

@@ -27,11 +27,12 @@ rule qa_load:
             {
                 "sample": qa_split(w.dataset, w.split).get("sample"),
                 "match": qa_split(w.dataset, w.split).get("match", "string"),
+                "allow_empty": qa_split(w.dataset, w.split).get("allow_empty", False),
                 "seed": C["seed"],
             }
         ),
-        code=code("qa"),
+        code=code("drpipe.qa.cli"),
     shell:
-        "drpipe qa load --format {params.format} --input {input.src:q} --dataset {wildcards.dataset}"
-        " --split {wildcards.split} --out {output.questions:q} --report {output.report:q}"
+        "drpipe qa load --format {params.format} --input {input.src:q} --dataset {wildcards.dataset:q}"
+        " --split {wildcards.split:q} --out {output.questions:q} --report {output.report:q}"
         " {params.restrict} --cfg {params.cfg:q} 2> {log:q}"

@@ -1,56 +1,66 @@
-# Dense retrieval (top-k per question) and the BM25 + dense hybrid of DPR section 5.1.
+# Dense retrieval from stored question vectors (no model is loaded: the model directory is read
+# for its method, which turns retrieved units into ranked passages), and the BM25 + dense
+# hybrid of DPR section 5.1.
 
 
 rule retrieve:
     input:
-        model="results/models/{method}/{train_set}",
+        model="results/models/{run}/{train_set}",
+        queries=lambda w: qvec_file(w.run, w.train_set, w.dataset, w.split),
         index=index_file,
-        questions="results/qa/{dataset}/{split}.parquet",
     output:
-        run="results/runs/{method}/{train_set}/{dataset}-{split}.parquet",
-        report="results/runs/{method}/{train_set}/{dataset}-{split}.report.json",
+        run="results/runs/{run}/{train_set}/{dataset}-{split}.parquet",
+        report="results/runs/{run}/{train_set}/{dataset}-{split}.report.json",
     log:
-        "results/logs/retrieve/{method}/{train_set}/{dataset}-{split}.log",
+        "results/logs/retrieve/{run}/{train_set}/{dataset}-{split}.log",
     benchmark:
-        "results/benchmarks/rules/retrieve/{method}/{train_set}/{dataset}-{split}.tsv"
+        "results/benchmarks/rules/retrieve/{run}/{train_set}/{dataset}-{split}.tsv"
     wildcard_constraints:
-        method=DENSE,
+        run=DENSE,
     conda:
-        "../../envs/cpu.yaml"
+        env(gpu=True)
     threads: C["threads"]
+    resources:
+        gpu=lambda w: gpus(1),
     params:
-        cfg=retrieve_cfg(),
-        code=code("encoders.py", "index.py", "retrieve.py"),
+        cfg=lambda w: cfg_json(search_cfg(w.run)),
+        code=lambda w: method_code(w.run, "drpipe.retrieve"),
     shell:
-        "drpipe retrieve --model {input.model:q} --index {input.index:q}"
-        " --questions {input.questions:q} --out {output.run:q} --report {output.report:q}"
+        "drpipe retrieve --model {input.model:q} --queries {input.queries:q}"
+        " --index {input.index:q} --out {output.run:q} --report {output.report:q}"
         " --cfg {params.cfg:q} --threads {threads} 2> {log:q}"
 
 
 rule hybrid:
     input:
-        model="results/models/{method}/{train_set}",
+        model="results/models/{run}/{train_set}",
+        queries=lambda w: qvec_file(w.run, w.train_set, w.dataset, w.split),
         index=index_file,
-        embeddings=lambda w: shard_files(w.method, w.train_set),
+        embeddings=lambda w: shard_files(w.run, w.train_set),
         bm25="results/runs/bm25/none/{dataset}-{split}.parquet",
-        questions="results/qa/{dataset}/{split}.parquet",
     output:
-        run="results/runs/{method}+bm25/{train_set}/{dataset}-{split}.parquet",
-        report="results/runs/{method}+bm25/{train_set}/{dataset}-{split}.report.json",
+        run="results/runs/{run}+bm25/{train_set}/{dataset}-{split}.parquet",
+        report="results/runs/{run}+bm25/{train_set}/{dataset}-{split}.report.json",
     log:
-        "results/logs/hybrid/{method}/{train_set}/{dataset}-{split}.log",
+        "results/logs/hybrid/{run}/{train_set}/{dataset}-{split}.log",
     benchmark:
-        "results/benchmarks/rules/hybrid/{method}/{train_set}/{dataset}-{split}.tsv"
+        "results/benchmarks/rules/hybrid/{run}/{train_set}/{dataset}-{split}.tsv"
     wildcard_constraints:
-        method=DENSE,
+        run=DENSE,
     conda:
-        "../../envs/cpu.yaml"
+        env()
     threads: C["threads"]
     params:
-        cfg=retrieve_cfg(lambda_=C["hybrid"]["lambda"], depth=C["hybrid"]["depth"]),
-        code=code("encoders.py", "index.py", "retrieve.py"),
+        cfg=lambda w: cfg_json(
+            {
+                **search_cfg(w.run),
+                "lambda": C["hybrid"]["lambda"],
+                "depth": C["hybrid"]["depth"],
+            }
+        ),
+        code=lambda w: method_code(w.run, "drpipe.retrieve"),
     shell:
-        "drpipe hybrid --model {input.model:q} --index {input.index:q}"
-        " --embeddings {input.embeddings:q} --bm25-run {input.bm25:q}"
-        " --questions {input.questions:q} --out {output.run:q} --report {output.report:q}"
+        "drpipe hybrid --model {input.model:q} --queries {input.queries:q}"
+        " --index {input.index:q} --embeddings {input.embeddings:q}"
+        " --bm25-run {input.bm25:q} --out {output.run:q} --report {output.report:q}"
         " --cfg {params.cfg:q} --threads {threads} 2> {log:q}"

@@ -12,7 +12,7 @@ rule table2:
     benchmark:
         "results/benchmarks/rules/tables/table2.tsv"
     conda:
-        "../../envs/cpu.yaml"
+        env()
     params:
         cfg=cfg_json(
             {
@@ -21,7 +21,7 @@ rule table2:
                 "train_sets": C["train_sets"],
             }
         ),
-        code=code("tables.py", "paper_numbers"),
+        code=code("drpipe.tables"),
     shell:
         "drpipe tables table2 --metrics {input:q} --out {output.csv:q} --md {output.md:q}"
         " --cfg {params.cfg:q} 2> {log:q}"
@@ -38,21 +38,21 @@ rule table3:
     benchmark:
         "results/benchmarks/rules/tables/table3.tsv"
     conda:
-        "../../envs/cpu.yaml"
+        env()
     params:
         cfg=cfg_json(
             {
                 "scale": SCALE,
                 "variants": {
                     f"dpr.{v}": {
-                        **C["variants"][v]["overrides"],
-                        "paper_method": C["variants"][v].get("paper_row"),
+                        **method_variant(C, f"dpr.{v}")["overrides"],
+                        "paper_method": method_variant(C, f"dpr.{v}").get("paper_row"),
                     }
                     for v in C["tables"]["table3"]["variants"]
                 },
             }
         ),
-        code=code("tables.py", "paper_numbers"),
+        code=code("drpipe.tables"),
     shell:
         "drpipe tables table3 --metrics {input:q} --out {output.csv:q} --md {output.md:q}"
         " --cfg {params.cfg:q} 2> {log:q}"
@@ -69,11 +69,11 @@ rule figure1:
     benchmark:
         "results/benchmarks/rules/tables/figure1.tsv"
     conda:
-        "../../envs/cpu.yaml"
+        env()
     params:
         labels=["BM25"]
         + [
-            f"# Train: {C['variants'][v]['overrides'].get('max_examples')}"
+            f"# Train: {method_variant(C, f'dpr.{v}')['overrides'].get('max_examples')}"
             for v in C["tables"]["figure1"]["variants"]
         ]
         + ["# Train: all"],
@@ -85,7 +85,7 @@ rule figure1:
                 "max_k": max(C["evaluate"]["ks"]),
             }
         ),
-        code=code("tables.py"),
+        code=code("drpipe.tables"),
     shell:
         "drpipe tables figure1 --per-question {input:q} --labels {params.labels:q}"
         " --out {output.png:q} --csv {output.csv:q} --cfg {params.cfg:q} 2> {log:q}"
@@ -103,11 +103,11 @@ rule provenance:
     benchmark:
         "results/benchmarks/rules/tables/provenance.tsv"
     conda:
-        "../../envs/cpu.yaml"
+        env()
     params:
         cfg=cfg_json(C),
         repo=workflow.basedir,
-        code=code("provenance.py"),
+        code=code("drpipe.provenance"),
     shell:
         "drpipe provenance --records {input.records:q} --reports {input.reports:q}"
         " --benchmarks results/benchmarks/rules --repo {params.repo:q} --out {output:q}"

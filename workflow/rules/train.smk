@@ -1,31 +1,34 @@
-# Training: one shared loop; the method (and variant) decides batches and loss.
+# Training: one shared loop; the run's method (and variant) decides batches and loss.
 
 
 rule train:
     input:
-        lambda w: train_set_files(w.train_set),
+        train=lambda w: train_set_files(w.train_set),
+        val=lambda w: val_set_files(w.train_set),
     output:
-        model=directory("results/models/{method}/{train_set}"),
-        report="results/models/{method}/{train_set}.report.json",
+        model=directory("results/models/{run}/{train_set}"),
+        report="results/models/{run}/{train_set}.report.json",
     log:
-        "results/logs/train/{method}/{train_set}.log",
+        "results/logs/train/{run}/{train_set}.log",
     benchmark:
-        "results/benchmarks/rules/train/{method}/{train_set}.tsv"
+        "results/benchmarks/rules/train/{run}/{train_set}.tsv"
     wildcard_constraints:
-        method="dpr(\\.[A-Za-z0-9_]+)?",
+        run=RUN,
     conda:
-        "../../envs/cpu.yaml"
+        env(gpu=True)
     threads: C["threads"]
     resources:
-        gpu=lambda w: 1 if SCALE == "paper" else 0,
+        gpu=lambda w: gpus(8),
     params:
-        base=lambda w: w.method.split(".")[0],
-        cfg=lambda w: cfg_json(method_config(C, w.method)),
-        code=code("encoders.py", "methods", "training.py"),
+        method=lambda w: run_method(w.run),
+        val=lambda w, input: ("--val " + " ".join(input.val)) if input.val else "",
+        cfg=lambda w: cfg_json(method_config(C, w.run, w.train_set)),
+        opts=runtime(lambda w: options(method_run_options(C, w.run))),
+        code=lambda w: method_code(w.run, "drpipe.training"),
     shell:
-        "drpipe train --method {params.base} --train {input:q} --out {output.model:q}"
-        " --report {output.report:q} --cfg {params.cfg:q} --threads {threads}"
-        " --nproc {resources.gpu} 2> {log:q}"
+        "drpipe train --method {params.method:q} --train {input.train:q} {params.val}"
+        " --out {output.model:q} --report {output.report:q} --cfg {params.cfg:q}"
+        " {params.opts} --threads {threads} --nproc {resources.gpu} 2> {log:q}"
 
 
 rule init_model:
@@ -36,9 +39,9 @@ rule init_model:
     benchmark:
         "results/benchmarks/rules/init_model/init.tsv"
     conda:
-        "../../envs/cpu.yaml"
+        env()
     params:
         cfg=cfg_json(C["encoder"]),
-        code=code("encoders.py", "training.py"),
+        code=code("drpipe.training"),
     shell:
         "drpipe init-model --out {output:q} --cfg {params.cfg:q} 2> {log:q}"

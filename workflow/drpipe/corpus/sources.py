@@ -9,7 +9,6 @@ ends. Reading and writing both use it, so TSV -> passages -> TSV is byte-identic
 from __future__ import annotations
 
 import csv
-import json
 import random
 import re
 import urllib.parse
@@ -18,9 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from drpipe.corpus.passages import PASSAGE_SCHEMA
-from drpipe.corpus.wiki import open_binary
 from drpipe.errors import InputError
-from drpipe.io import ParquetStreamWriter, atomic_path, open_text, progress
+from drpipe.io import (
+    ParquetStreamWriter,
+    atomic_path,
+    iter_input_rows,
+    load_input_json,
+    open_text,
+    progress,
+)
 
 DPR_HEADER = ["id", "text", "title"]
 _PERCENT_RE = re.compile(r"%[0-9A-Fa-f]{2}")
@@ -47,13 +52,7 @@ def sample_article_indices(n_articles: int, sample: int | None, seed: int) -> li
 
 def read_squad_articles(path: str | Path) -> list[dict[str, Any]]:
     """The ``data`` list of a SQuAD JSON file (plain or gzip), validated article by article."""
-    try:
-        with open_text(path) as fh:
-            obj = json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"line {exc.lineno}", f"invalid JSON: {exc.msg}") from None
-    except (UnicodeDecodeError, EOFError, OSError) as exc:
-        raise InputError(path, None, f"unreadable: {exc}") from None
+    obj = load_input_json(path)
     if not isinstance(obj, dict) or not isinstance(obj.get("data"), list):
         raise InputError(path, None, "not SQuAD JSON: expected an object with a 'data' list")
     for i, article in enumerate(obj["data"]):
@@ -95,42 +94,29 @@ def squad_documents(
 # ----------------------------------------------------------------------------- DPR TSV
 
 
-def _decoded_lines(path: str | Path, counter: list[int]) -> Iterator[str]:
-    """Lines of ``path`` decoded as strict UTF-8; an invalid line raises naming its number."""
-    with open_binary(path) as fh:
-        for lineno, raw in enumerate(fh, 1):
-            counter[0] = lineno
-            try:
-                yield raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                problem = f"invalid UTF-8 at byte {exc.start} of the line: {raw[exc.start : exc.start + 4]!r}"
-                raise InputError(path, f"line {lineno}", problem) from None
-
-
 def iter_dpr_tsv(path: str | Path) -> Iterator[tuple[int, str, str]]:
-    """Yield ``(id, text, title)`` of a DPR passages TSV, exactly as stored."""
-    counter = [0]
-    reader = csv.reader(_decoded_lines(path, counter), delimiter="\t")
-    try:
-        header = next(reader, None)
-        if header != DPR_HEADER:
-            raise InputError(path, "line 1", f"expected header {DPR_HEADER}, found {header}")
-        for row in reader:
-            where = f"line {reader.line_num}"
-            if len(row) != 3:
-                raise InputError(
-                    path,
-                    where,
-                    f"expected 3 tab-separated fields (id, text, title), found {len(row)}",
-                )
-            pid, text, title = row
-            if not pid.isdigit() or str(int(pid)) != pid:
-                raise InputError(path, where, f"id {pid!r} is not a plain non-negative integer")
-            yield int(pid), text, title
-    except csv.Error as exc:
-        raise InputError(path, f"line {reader.line_num}", f"bad TSV quoting: {exc}") from None
-    except (EOFError, OSError) as exc:
-        raise InputError(path, f"line {counter[0]}", f"truncated or corrupt file: {exc}") from None
+    """Yield ``(id, text, title)`` of a DPR passages TSV, exactly as stored.
+
+    Bad bytes, a truncated .gz/.bz2, a quote left open or an oversized field raise
+    ``InputError`` naming the line (``drpipe.io.iter_input_rows``).
+    """
+    rows = iter_input_rows(path, delimiter="\t")
+    first = next(rows, None)
+    header = None if first is None else first[1]
+    if header != DPR_HEADER:
+        raise InputError(path, "line 1", f"expected header {DPR_HEADER}, found {header}")
+    for lineno, row in rows:
+        where = f"line {lineno}"
+        if len(row) != 3:
+            raise InputError(
+                path,
+                where,
+                f"expected 3 tab-separated fields (id, text, title), found {len(row)}",
+            )
+        pid, text, title = row
+        if not pid.isdigit() or str(int(pid)) != pid:
+            raise InputError(path, where, f"id {pid!r} is not a plain non-negative integer")
+        yield int(pid), text, title
 
 
 def dpr_passage_rows(

@@ -11,24 +11,21 @@ pages, and pages whose cleaned text is empty. Every dropped page is counted by r
 
 from __future__ import annotations
 
-import bz2
 import functools
-import gzip
 import itertools
 import logging
 import re
 import xml.etree.ElementTree as ET
-import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import pyarrow as pa
 
 from drpipe.errors import InputError
-from drpipe.io import ParquetStreamWriter, progress
+from drpipe.io import STREAM_ERRORS, ParquetStreamWriter, open_binary, progress
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +58,6 @@ class Page:
     title: str
     redirect: bool
     text: str
-
-
-def open_binary(path: str | Path) -> BinaryIO:
-    """Open plain, .gz or .bz2 bytes by magic (multi-stream .bz2 included)."""
-    with open(path, "rb") as fh:
-        magic = fh.read(3)
-    if magic[:2] == b"\x1f\x8b":
-        return gzip.open(path, "rb")
-    if magic == b"BZh":
-        return bz2.open(path, "rb")
-    return open(path, "rb")
 
 
 def _where(count: int, title: str | None) -> str:
@@ -110,7 +96,7 @@ def iter_pages(path: str | Path, stats: dict[str, Any] | None = None) -> Iterato
             line, col = exc.position
             problem = f"malformed XML at line {line}, column {col}: {exc}"
             raise InputError(path, _where(count, last_title), problem) from None
-        except (EOFError, OSError, zlib.error) as exc:
+        except STREAM_ERRORS as exc:
             problem = f"truncated or corrupt compressed stream: {exc}"
             raise InputError(path, _where(count, last_title), problem) from None
         except StopIteration:

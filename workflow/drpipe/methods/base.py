@@ -1,14 +1,30 @@
-"""What a retrieval method is: a plug-in to the one training loop and to retrieval.
+"""What a retrieval method is: a plug-in to the one training loop, to encoding and to retrieval.
 
-A method says
-- which vectors the corpus gets (``corpus_units``: ``"passages"``; DCSR: ``"sentences"``),
-- how training examples become a batch (``collate``),
-- the loss on a batch (``loss``), computed over the *global* batch via ``DistContext``,
-- how retrieved units become ranked passages (``units_to_passages``; identity for passages).
+A method is one module in ``drpipe/methods/`` whose ``METHOD`` names a ``Method`` subclass; the
+registry is built from the module names (``drpipe.methods.method_names``). The class declares
 
-Stateful methods (xMoCo: slow encoders, queues) keep their state on the method object: the loop
-calls ``attach`` once, ``after_step`` after every optimizer step, and checkpoints
-``state_dict``. AOpt does not train encoders and only uses ``units_to_passages``.
+- ``label``: the row label the papers print ("DPR", "DCSR", "xMoCo");
+- ``corpus_units``: which vectors the corpus gets, ``"passages"`` or ``"sentences"``;
+- ``hybrid``: whether its tables have a BM25 + method hybrid row;
+- ``defaults`` and ``schema``: its own config keys with their defaults and JSON-schema types
+  (class attributes; a subclass adds to its parent's, see ``config_defaults``);
+- ``special_tokens``: tokens added to the tokenizer (embeddings resized, saved with the model).
+
+and implements
+
+- ``collate``: training examples -> a batch; ``loss``: the loss over the global batch
+  (``train=False`` in validation, which must not change method state);
+- ``encode_corpus``: a block of passages -> unit ids and vectors (passages: one vector each);
+- ``search_depth`` and ``units_to_passages``: how deep to search and how retrieved units
+  become ranked passages (identity for passages).
+
+Stateful methods (xMoCo: slow encoders, queues) keep their state on the method object, never in
+the model, so the optimizer never sees it: the loop calls ``attach`` once, ``after_step`` after
+every optimizer step, and checkpoints ``state_dict`` (tensors and plain types only).
+
+Unit ids (one scheme for every method, see ``unit_id``): a passage's unit id is its pid; a
+sentence's is ``pid * SENT_SLOTS + sentence number``, unique across the corpus as the index's
+uniqueness check requires.
 """
 
 from __future__ import annotations
@@ -16,7 +32,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -80,15 +96,86 @@ class CollateContext:
     pool: Sequence[dict] = field(default_factory=list)  # all examples of the split (gold negatives)
 
 
+# One id scheme for units: a sentence is (pid, sentence number) packed into one int64.
+SENT_SLOTS = 1024  # sentences per passage at most (a 100-word passage has a few dozen)
+UNIT_KINDS = ("passages", "sentences")
+
+
+def unit_id(pids: np.ndarray, sents: np.ndarray | None = None) -> np.ndarray:
+    """Unit ids of passages (``sents`` None) or of sentences ``sents`` of passages ``pids``."""
+    pids = np.asarray(pids, dtype=np.int64)
+    if sents is None:
+        return pids
+    sents = np.asarray(sents, dtype=np.int64)
+    if (sents < 0).any() or (sents >= SENT_SLOTS).any():
+        raise ValueError(f"sentence numbers must lie in [0, {SENT_SLOTS})")
+    return pids * SENT_SLOTS + sents
+
+
+def unit_pid(units: np.ndarray, kind: str) -> np.ndarray:
+    """The pid each unit id belongs to (padding ids < 0 stay -1)."""
+    units = np.asarray(units, dtype=np.int64)
+    if kind == "passages":
+        return units
+    return np.where(units >= 0, units // SENT_SLOTS, -1)
+
+
+@dataclass
+class CorpusBlock:
+    """Consecutive passages of the corpus, with their sentences when the method needs them."""
+
+    pids: np.ndarray  # int64 [n]
+    titles: list[str]
+    texts: list[str]
+    # Per passage, the (start, end) character offsets of its sentences (None for passages).
+    sentences: list[list[tuple[int, int]]] | None = None
+
+
+@dataclass
+class EncodeSettings:
+    """How to run an encoder over the corpus (none of these change a vector)."""
+
+    batch_size: int
+    bf16: bool
+    device: Any  # torch.device
+
+
 class Method(ABC):
-    """A retrieval method plugged into training and retrieval."""
+    """A retrieval method plugged into training, encoding and retrieval."""
 
-    name: str = ""
-    corpus_units: str = "passages"
-    defaults: dict[str, Any] = {}  # the method's own cfg keys and their defaults
+    name: ClassVar[str] = ""
+    label: ClassVar[str] = ""
+    corpus_units: ClassVar[str] = "passages"
+    hybrid: ClassVar[bool] = True
+    special_tokens: ClassVar[tuple[str, ...]] = ()
+    defaults: ClassVar[dict[str, Any]] = {}  # this class's own cfg keys and their defaults
+    schema: ClassVar[dict[str, Any]] = {}  # JSON-schema properties of those keys
 
-    def __init__(self, cfg: dict[str, Any]):
-        self.cfg = dict(cfg)
+    def __init__(self, cfg: dict[str, Any] | None = None):
+        own = self.config_defaults()
+        # The training loop passes its whole cfg; a method reads only its own keys.
+        self.cfg = {**own, **{k: v for k, v in (cfg or {}).items() if k in own}}
+
+    @classmethod
+    def config_defaults(cls) -> dict[str, Any]:
+        """Own keys of this class and of its method ancestors (a subclass may override)."""
+        out: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            out.update(vars(klass).get("defaults", {}))
+        return out
+
+    @classmethod
+    def config_schema(cls) -> dict[str, Any]:
+        """JSON-schema properties of ``config_defaults`` (same inheritance)."""
+        out: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            out.update(vars(klass).get("schema", {}))
+        missing = sorted(set(cls.config_defaults()) - set(out))
+        if missing:
+            raise TypeError(f"method {cls.name!r}: no schema for key(s) {', '.join(missing)}")
+        return out
+
+    # ---- training
 
     @abstractmethod
     def collate(self, items: Sequence[tuple[int, dict]], ctx: CollateContext) -> Any:
@@ -100,13 +187,15 @@ class Method(ABC):
 
     @abstractmethod
     def loss(
-        self, model: torch.nn.Module, batch: Any, dist: DistContext
+        self, model: torch.nn.Module, batch: Any, dist: DistContext, train: bool = True
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Loss over the global batch (identical on every rank) and float statistics.
 
         Gradients of the returned loss w.r.t. this rank's tensors must be those of the global
-        loss; the loop sums parameter gradients over ranks. ``stats`` holds at least
-        ``n_questions`` and, for validation, ``rank_sum`` (1-based rank of the positive).
+        loss; the loop sums parameter gradients over ranks. ``train`` is False in validation,
+        where method state (queues, ...) must not change. ``stats`` holds (validation reads
+        them): ``loss``, ``n_questions``, ``correct`` (positives ranked first) and
+        ``rank_sum`` (sum of the 1-based ranks of the positives).
         """
 
     def batch_size_of(self, batch: Any) -> int:
@@ -123,12 +212,37 @@ class Method(ABC):
         return None
 
     def state_dict(self) -> dict[str, Any]:
+        """Method state for checkpoints: tensors and plain types (loads with weights_only)."""
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         return None
 
-    # Retrieval side.
+    def report(self) -> dict[str, Any]:
+        """Method statistics for the training report (plain JSON types)."""
+        return {}
+
+    # ---- encoding the corpus
+
+    def encode_corpus(
+        self, model: Any, block: CorpusBlock, settings: EncodeSettings
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Unit ids [m] and vectors [m, d] of a block of passages (one vector per passage)."""
+        from drpipe.encoders import encode_texts
+
+        vecs = encode_texts(
+            model.passage.to(settings.device), model.tokenizer, block.titles, block.texts,
+            batch_size=settings.batch_size, max_length=model.max_passage_len,
+            bf16=settings.bf16, device=settings.device, show_progress=False,
+        )  # fmt: skip
+        return unit_id(block.pids), vecs
+
+    def encode_report(self) -> dict[str, Any]:
+        """Statistics of ``encode_corpus`` calls for the shard's report (e.g. cut sentences)."""
+        return {}
+
+    # ---- retrieval
+
     def search_depth(self, k: int) -> int:
         """How many units to retrieve to rank ``k`` passages."""
         return k
@@ -136,5 +250,6 @@ class Method(ABC):
     def units_to_passages(
         self, unit_ids: np.ndarray, scores: np.ndarray, k: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Ranked units [n_questions, depth] -> ranked passage ids and scores [n_questions, k]."""
+        """Ranked units [n_questions, depth] -> ranked pids and scores [n_questions, k]
+        (padding: pid -1)."""
         return unit_ids[:, :k], scores[:, :k]

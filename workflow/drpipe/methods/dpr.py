@@ -27,14 +27,6 @@ import torch.nn.functional as F
 from drpipe.methods.base import CollateContext, DistContext, Method
 
 NEGATIVE_TYPES = ("bm25", "random", "gold", "none")
-DEFAULTS = {
-    "hard_negatives": 1,
-    "negative_type": "bm25",
-    "in_batch": True,
-    "shuffle_positives": False,
-    "hard_negative_fallback": True,
-    "mask_false_negatives": False,
-}
 
 
 @dataclass
@@ -68,6 +60,11 @@ def passage_id(ctx: dict) -> int:
         return -1
 
 
+def fp32(t: torch.Tensor) -> torch.Tensor:
+    """At least float32 (bf16/fp16 activations are upcast; float64 stays float64)."""
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
 def dpr_scores(
     q: torch.Tensor,
     p: torch.Tensor,
@@ -79,9 +76,9 @@ def dpr_scores(
     mask_false_negatives: bool = False,
 ) -> torch.Tensor:
     """Scores [n_q, n_p] = q·pᵀ with columns a question must not see set to -inf."""
-    # Scores in fp32 even inside a bf16 autocast region.
+    # Scores in fp32 (or the vectors' float64) even inside a bf16 autocast region.
     with torch.autocast(q.device.type, enabled=False):
-        scores = q.float() @ p.float().T
+        scores = fp32(q) @ fp32(p).T
     rows = torch.arange(q.shape[0], device=q.device)
     if not in_batch:
         visible = owner.unsqueeze(0) == rows.unsqueeze(1)
@@ -105,13 +102,29 @@ def dpr_nll(scores: torch.Tensor, positive: torch.Tensor) -> tuple[torch.Tensor,
 
 class DPR(Method):
     name = "dpr"
+    label = "DPR"
     corpus_units = "passages"
-    defaults = DEFAULTS
+    hybrid = True
+    defaults = {
+        "hard_negatives": 1,
+        "negative_type": "bm25",
+        "in_batch": True,
+        "shuffle_positives": False,
+        "hard_negative_fallback": True,
+        "mask_false_negatives": False,
+    }
+    schema = {
+        "hard_negatives": {"type": "integer", "minimum": 0},
+        "negative_type": {"enum": list(NEGATIVE_TYPES)},
+        "in_batch": {"type": "boolean"},
+        "shuffle_positives": {"type": "boolean"},
+        "hard_negative_fallback": {"type": "boolean"},
+        "mask_false_negatives": {"type": "boolean"},
+    }
 
-    def __init__(self, cfg: dict[str, Any]):
-        # The training loop passes its whole cfg; DPR reads only its own keys.
-        cfg = {**DEFAULTS, **{k: v for k, v in cfg.items() if k in DEFAULTS}}
+    def __init__(self, cfg: dict[str, Any] | None = None):
         super().__init__(cfg)
+        cfg = self.cfg
         if cfg["negative_type"] not in NEGATIVE_TYPES:
             raise ValueError(
                 f"negative_type must be one of {NEGATIVE_TYPES}: {cfg['negative_type']!r}"
@@ -184,11 +197,11 @@ class DPR(Method):
         )
 
     def loss(
-        self, model: torch.nn.Module, batch: DPRBatch, dist: DistContext
+        self, model: torch.nn.Module, batch: DPRBatch, dist: DistContext, train: bool = True
     ) -> tuple[torch.Tensor, dict[str, float]]:
         n_local_p = batch.owner.shape[0]
-        q = dist.gather(model.query(batch.queries).float())
-        p = dist.gather(model.passage(batch.passages).float())
+        q = dist.gather(fp32(model.query(batch.queries)))
+        p = dist.gather(fp32(model.passage(batch.passages)))
         positive = dist.gather_index(batch.positive, n_local_p)
         owner = dist.gather_index(batch.owner, batch.n_questions)
         pids = dist.gather(batch.pids)
@@ -210,3 +223,6 @@ class DPR(Method):
             "rank_sum": float(ranks.sum()),
         }
         return loss, stats
+
+
+METHOD = DPR

@@ -16,6 +16,8 @@ import pandas as pd
 from drpipe.errors import InputError
 
 PAPERS = ("dpr", "dcsr", "xmoco", "aopt")
+# Read at run time: part of the code hash of every rule that imports this module.
+PACKAGE_DATA = ("paper_numbers/*.csv",)
 COLUMNS = [
     "paper",
     "table",

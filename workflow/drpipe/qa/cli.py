@@ -63,6 +63,7 @@ def cmd_load(args: argparse.Namespace) -> int:
         sample=cfg.get("sample"),
         seed=int(cfg.get("seed", 13)),
         restrict_titles=restrict,
+        allow_empty=bool(cfg.get("allow_empty", False)),
     )
     if restrict is not None:
         report["restrict_docs"] = list(args.restrict_docs)

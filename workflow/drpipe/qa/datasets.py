@@ -12,7 +12,6 @@ seeded sampling) and returns a report that counts every dropped question by reas
 from __future__ import annotations
 
 import ast
-import csv
 import json
 import logging
 import random
@@ -25,8 +24,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from drpipe.errors import InputError
-from drpipe.io import open_text, write_parquet
-from drpipe.qa.matching import MATCH_MODES, compile_answer_regex, match_tokens, unescape_non_ascii
+from drpipe.io import (
+    input_head,
+    iter_input_lines,
+    iter_input_rows,
+    load_input_json,
+    write_parquet,
+)
+from drpipe.qa.matching import (
+    MATCH_MODES,
+    REGEX_MODES,
+    compile_answer_regex,
+    match_tokens,
+    regex_compiles,
+    unescape_non_ascii,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +58,11 @@ REGEX_DATASETS = frozenset({"curatedtrec", "curated", "trec", "curated_trec", "c
 
 Question = dict[str, Any]
 
+# A question is one line of the TSV/CSV files the pipeline hands on (BM25 topics, DPR CSV).
+_LINE_BREAKS = "\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+# How many dropped qids (or bad regex answers) the load report names per reason.
+N_EXAMPLES = 5
+
 
 def default_match(dataset: str) -> str:
     return "regex" if dataset.lower() in REGEX_DATASETS else "string"
@@ -64,14 +81,18 @@ def _question(
     """Validate one record's fields and build the question dict."""
     if not isinstance(question, str) or not question.strip():
         raise InputError(path, where, f"question must be a non-empty string, got {question!r}")
+    bad = next((i for i, c in enumerate(question) if c in _LINE_BREAKS), None)
+    if bad is not None:
+        raise InputError(
+            path,
+            where,
+            f"question contains a tab or line break ({question[bad]!r} at character {bad + 1}):"
+            f" {question[:80]!r}",
+        )
     if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
         raise InputError(path, where, f"answers must be a list of strings, got {answers!r}")
-    if match == "regex":
-        for a in answers:
-            try:
-                compile_answer_regex(a)
-            except ValueError as exc:
-                raise InputError(path, where, str(exc)) from None
+    # A regex answer that does not compile is kept: it matches nothing, as in DPR, and
+    # load_questions counts it in the report.
     return {
         "qid": str(qid),
         "question": question,
@@ -83,11 +104,11 @@ def _question(
 
 
 def _lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    with open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            line = line.rstrip("\r\n")
-            if line.strip():
-                yield lineno, line
+    """Non-blank lines (line end removed) of a text input, strict UTF-8 (``iter_input_lines``)."""
+    for lineno, line in iter_input_lines(path):
+        line = line.rstrip("\r\n")
+        if line.strip():
+            yield lineno, line
 
 
 def _json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
@@ -98,12 +119,7 @@ def _json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
             raise InputError(path, f"line {lineno}", f"invalid JSON: {exc.msg}") from None
 
 
-def _load_json(path: str | Path) -> Any:
-    try:
-        with open_text(path) as fh:
-            return json.load(fh)
-    except json.JSONDecodeError as exc:
-        raise InputError(path, f"line {exc.lineno}", f"invalid JSON: {exc.msg}") from None
+_load_json = load_input_json
 
 
 def read_squad(
@@ -171,23 +187,28 @@ def read_dpr_qa_csv(
     """
     match = match or default_match(dataset)
     out: list[Question] = []
-    with open_text(path) as fh:
-        reader = csv.reader(fh, delimiter="\t")
-        index = 0
-        for row in reader:
-            where = f"line {reader.line_num}"
-            if not row or (len(row) == 1 and not row[0].strip()):
-                continue
-            if len(row) != 2:
-                raise InputError(path, where, f"expected 2 tab-separated fields, got {len(row)}")
-            try:
-                answers = ast.literal_eval(row[1])
-            except (ValueError, SyntaxError) as exc:
-                raise InputError(
-                    path, where, f"answer list is not a Python literal: {row[1][:80]!r} ({exc})"
-                ) from None
-            out.append(_question(path, where, f"{dataset}-{split}-{index}", row[0], answers, match))
-            index += 1
+    index = 0
+    # iter_input_rows rejects a row spanning lines: a question opening a double quote and
+    # never closing it would otherwise swallow the questions after it.
+    for lineno, row in iter_input_rows(path, delimiter="\t"):
+        where = f"line {lineno}"
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if len(row) != 2:
+            hint = (
+                " (a double quote opened a field that swallowed a tab: unbalanced quotes?)"
+                if any("\t" in f for f in row)
+                else ""
+            )
+            raise InputError(path, where, f"expected 2 tab-separated fields, got {len(row)}{hint}")
+        try:
+            answers = ast.literal_eval(row[1])
+        except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
+            raise InputError(
+                path, where, f"answer list is not a Python literal: {row[1][:80]!r} ({exc})"
+            ) from None
+        out.append(_question(path, where, f"{dataset}-{split}-{index}", row[0], answers, match))
+        index += 1
     return out
 
 
@@ -290,10 +311,10 @@ def read_dpr_biencoder(
     gold_title/gold_context come from ``positive_ctxs[0]`` when there is one.
     """
     match = match or default_match(dataset)
-    with open_text(path) as fh:
-        first = fh.read(4096).lstrip()[:1]
-    if first == "[":
+    if input_head(path).lstrip().startswith(b"["):
         data = _load_json(path)
+        if not isinstance(data, list):
+            raise InputError(path, None, "expected a JSON list of records")
         records = ((f"record {i}", rec) for i, rec in enumerate(data))
     else:
         records = ((f"line {n}", rec) for n, rec in _json_lines(path))
@@ -338,12 +359,18 @@ def load_questions(
     sample: int | None = None,
     seed: int = 13,
     restrict_titles: Collection[str] | None = None,
+    allow_empty: bool = False,
 ) -> tuple[list[Question], dict[str, Any]]:
     """Load, clean, restrict and sample one dataset split; return (questions, report).
 
     Cleaning: answers without tokens (blank) are removed (in DPR they match every passage);
     a question left without answers is dropped. ``restrict_titles`` keeps only questions whose
-    gold_title is in it. ``sample`` keeps a seeded random subset, in file order.
+    gold_title is in it. ``sample`` keeps a seeded random subset, in file order. The report
+    counts dropped questions by reason and names the first ``N_EXAMPLES`` qids of each.
+
+    A file without records, or a split left without questions, raises ``InputError`` unless
+    ``allow_empty``. Regex answers that do not compile are kept (they match nothing, as in
+    DPR) and counted in the report, as are the answers ``regex_repaired`` would change.
     """
     if fmt not in LOADERS:
         raise ValueError(f"unknown question format {fmt!r}; expected one of {sorted(LOADERS)}")
@@ -351,6 +378,13 @@ def load_questions(
         raise ValueError(f"unknown match mode {match!r}; expected one of {MATCH_MODES}")
     questions = LOADERS[fmt](path, dataset, split, match)
     n_records = len(questions)
+    if n_records == 0 and not allow_empty:
+        raise InputError(
+            path,
+            None,
+            "no question records in the file (set allow_empty: true for this split in the"
+            " config if an empty split is intended)",
+        )
 
     seen: dict[str, int] = {}
     for i, q in enumerate(questions):
@@ -359,6 +393,13 @@ def load_questions(
         seen[q["qid"]] = i
 
     dropped: Counter[str] = Counter()
+    dropped_examples: dict[str, list[str]] = {}
+
+    def drop(reason: str, qids: list[str]) -> None:
+        dropped[reason] += len(qids)
+        examples = dropped_examples.setdefault(reason, [])
+        examples.extend(qids[: N_EXAMPLES - len(examples)])
+
     removed_answers = 0
     kept: list[Question] = []
     for q in questions:
@@ -371,7 +412,7 @@ def load_questions(
         removed_answers += len(q["answers"]) - len(answers)
         q["answers"] = answers
         if not answers:
-            dropped["no_answers"] += 1
+            drop("no_answers", [q["qid"]])
             continue
         kept.append(q)
 
@@ -380,9 +421,9 @@ def load_questions(
         restricted = []
         for q in kept:
             if q["gold_title"] is None:
-                dropped["no_gold_title"] += 1
+                drop("no_gold_title", [q["qid"]])
             elif q["gold_title"] not in titles:
-                dropped["gold_title_not_in_corpus"] += 1
+                drop("gold_title_not_in_corpus", [q["qid"]])
             else:
                 restricted.append(q)
         kept = restricted
@@ -392,19 +433,37 @@ def load_questions(
             raise ValueError(f"sample must be >= 0, got {sample}")
         if sample < len(kept):
             chosen = sorted(random.Random(seed).sample(range(len(kept)), sample))
-            dropped["not_sampled"] += len(kept) - sample
+            chosen_set = set(chosen)
+            drop("not_sampled", [q["qid"] for i, q in enumerate(kept) if i not in chosen_set])
             kept = [kept[i] for i in chosen]
 
-    # Matching drops these backslashes (see drpipe.qa.matching); DPR never matched them.
-    unescaped = [
-        (q["qid"], a)
-        for q in kept
-        if q["match"] == "regex"
-        for a in q["answers"]
-        if unescape_non_ascii(a) != a
-    ]
-    for qid, a in unescaped:
-        log.info("qid %s: regex answer %r has escaped non-ASCII characters", qid, a)
+    if not kept and not allow_empty:
+        raise InputError(
+            path,
+            None,
+            f"all {n_records} question records were dropped ({dict(sorted(dropped.items()))},"
+            f" e.g. {dropped_examples}); set allow_empty: true for this split in the config"
+            " if an empty split is intended",
+        )
+
+    # Regex answers: those that do not compile (they match nothing, as in DPR), and those the
+    # regex_repaired reading would change (backslash before a non-ASCII letter).
+    not_compiling: list[dict[str, str]] = []
+    unmatchable: list[str] = []
+    unescaped = 0
+    for q in kept:
+        if q["match"] not in REGEX_MODES:
+            continue
+        bad = [a for a in q["answers"] if not regex_compiles(a, q["match"])]
+        for a in bad:
+            try:
+                compile_answer_regex(a, q["match"] == "regex_repaired")
+            except ValueError as exc:
+                log.warning("qid %s: %s; it matches nothing (as in DPR)", q["qid"], exc)
+                not_compiling.append({"qid": q["qid"], "answer": a, "error": str(exc)})
+        if len(bad) == len(q["answers"]):
+            unmatchable.append(q["qid"])
+        unescaped += sum(unescape_non_ascii(a) != a for a in q["answers"])
 
     report = {
         "format": fmt,
@@ -415,8 +474,14 @@ def load_questions(
         "n_records": n_records,
         "n_questions": len(kept),
         "dropped": dict(sorted(dropped.items())),
+        "dropped_examples": dict(sorted(dropped_examples.items())),
         "empty_answer_strings_removed": removed_answers,
-        "regex_answers_with_escaped_non_ascii": len(unescaped),
+        "regex_answers_not_compiling": len(not_compiling),
+        "regex_answers_not_compiling_examples": not_compiling[:N_EXAMPLES],
+        "regex_questions_without_compiling_answer": len(unmatchable),
+        "regex_questions_without_compiling_answer_examples": unmatchable[:N_EXAMPLES],
+        "regex_answers_with_escaped_non_ascii": unescaped,
+        "allow_empty": allow_empty,
         "sample": sample,
         "seed": seed,
         "restricted_to_titles": None if restrict_titles is None else len(set(restrict_titles)),

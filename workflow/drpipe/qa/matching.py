@@ -8,15 +8,16 @@ Semantics are those of DPR's ``has_answer`` (``dpr/data/qa_validation.py``) and 
   separator nor control), lower-cased per token; the answer matches when its token sequence
   occurs contiguously in the passage's. An answer with no tokens matches every passage (as
   in DPR); the question loaders drop empty answers so this never arises from real data.
-- ``"regex"``: the NFD-normalised pattern is searched in the NFD-normalised passage with
-  IGNORECASE | UNICODE | MULTILINE, using the ``regex`` module as DPR does. DPR treats a
-  pattern that does not compile as "no match"; here it is an error, because a silently
-  unmatched answer would lower the accuracy without anyone noticing.
-  One deliberate deviation: a backslash before a non-ASCII character (``Sn\\ě\\žka``,
-  ``Ni\\ña`` in CuratedTREC, left by an old ``re.escape``) is dropped before NFD. In the raw
-  pattern it only marks a literal, but after NFD it would escape the base letter and turn
-  into ``\\e`` (an error), ``\\n`` (newline) or ``\\a`` (bell), so DPR silently never
-  matched those answers.
+- ``"regex"`` (DPR's ``regex_match``): the NFD-normalised pattern, as given, is searched in
+  the NFD-normalised passage with IGNORECASE | UNICODE | MULTILINE, using the ``regex`` module
+  as DPR does. A pattern that does not compile matches nothing, as in DPR (which catches the
+  compile error and returns False); the question loader counts such patterns in its report.
+- ``"regex_repaired"`` (an option, reported separately; not DPR): as ``"regex"``, but a
+  backslash before a non-ASCII character (``Sn\\ě\\žka``, ``Ni\\ña`` in CuratedTREC, left by
+  an old ``re.escape``) is dropped before NFD. In the raw pattern it only marks a literal,
+  but after NFD it escapes the base letter and turns into ``\\e`` (an error: the whole
+  pattern never matches), ``\\n`` (newline) or ``\\a`` (bell), so DPR never matched those
+  answers.
 
 Only the passage text is searched, never its title (DPR's default).
 
@@ -32,7 +33,8 @@ from functools import lru_cache
 
 import regex
 
-MATCH_MODES = ("string", "regex")
+MATCH_MODES = ("string", "regex", "regex_repaired")
+REGEX_MODES = frozenset({"regex", "regex_repaired"})
 
 _FLAGS = regex.IGNORECASE | regex.UNICODE | regex.MULTILINE
 # DrQA's SimpleTokenizer: alphanumeric runs (letters, numbers, combining marks) or a single
@@ -87,13 +89,35 @@ def unescape_non_ascii(pattern: str) -> str:
     return "".join(out)
 
 
+def _regex_source(pattern: str, repaired: bool) -> str:
+    return normalize(unescape_non_ascii(pattern) if repaired else pattern)
+
+
 @lru_cache(maxsize=1 << 16)
-def compile_answer_regex(pattern: str) -> regex.Pattern:
-    """Compile an answer regex as matching uses it; a bad pattern raises ``ValueError``."""
+def answer_regex(pattern: str, repaired: bool = False) -> regex.Pattern | None:
+    """The compiled answer pattern as matching uses it, or None if it does not compile (then
+    it matches nothing, as DPR's ``regex_match``). ``repaired``: the ``regex_repaired`` mode."""
     try:
-        return regex.compile(normalize(unescape_non_ascii(pattern)), flags=_FLAGS)
-    except (regex.error, TypeError, ValueError) as exc:
+        return regex.compile(_regex_source(pattern, repaired), flags=_FLAGS)
+    except Exception:  # DPR catches everything (regex.error, ValueError, RecursionError, ...)
+        return None
+
+
+def compile_answer_regex(pattern: str, repaired: bool = False) -> regex.Pattern:
+    """``answer_regex``, but a pattern that does not compile raises ``ValueError`` saying why."""
+    compiled = answer_regex(pattern, repaired)
+    if compiled is not None:
+        return compiled
+    try:
+        regex.compile(_regex_source(pattern, repaired), flags=_FLAGS)
+    except Exception as exc:
         raise ValueError(f"answer regex {pattern!r} does not compile: {exc}") from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def regex_compiles(pattern: str, match: str) -> bool:
+    """Does ``pattern`` compile under regex mode ``match`` ("regex" or "regex_repaired")?"""
+    return answer_regex(pattern, match == "regex_repaired") is not None
 
 
 def _check_mode(match: str) -> None:
@@ -112,7 +136,12 @@ def _contains(answers: Iterable[str], prepared: str, match: str) -> bool:
             if key is None or key in prepared:
                 return True
         return False
-    return any(compile_answer_regex(a).search(prepared) is not None for a in answers)
+    repaired = match == "regex_repaired"
+    for answer in answers:
+        compiled = answer_regex(answer, repaired)
+        if compiled is not None and compiled.search(prepared) is not None:
+            return True
+    return False
 
 
 def has_answer(answers: Iterable[str], text: str, match: str = "string") -> bool:

@@ -35,7 +35,14 @@ import numpy as np
 
 from drpipe.corpus.passages import iter_passages, num_passages
 from drpipe.errors import InputError
-from drpipe.io import atomic_path, open_text, progress, read_jsonl
+from drpipe.io import (
+    atomic_path,
+    input_head,
+    iter_input_lines,
+    load_input_json,
+    open_text,
+    progress,
+)
 from drpipe.qa.datasets import read_questions
 from drpipe.qa.matching import AnswerMatcher, has_answer
 from drpipe.runs import read_run
@@ -415,6 +422,17 @@ def normalize_record(
     return out
 
 
+def _json_lines(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, value)`` of the non-blank lines of a JSON-lines input."""
+    for lineno, line in iter_input_lines(path):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"line {lineno}", f"invalid JSON: {exc.msg}") from None
+
+
 def read_biencoder(path: str | Path, *, normalize: bool = True) -> Iterator[dict[str, Any]]:
     """Records of our ``.jsonl(.gz)`` or DPR's released ``.json`` list (gz or plain).
 
@@ -423,17 +441,15 @@ def read_biencoder(path: str | Path, *, normalize: bool = True) -> Iterator[dict
     is checked (``check_record``); ``normalize=False`` yields the checked records as read,
     without ``normalize_record``'s conversions (passage ids then need not be integers).
     """
-    with open_text(path) as fh:
-        head = fh.read(4096).lstrip()
-    if head.startswith("["):
-        with open_text(path) as fh:
-            try:
-                data = json.load(fh)
-            except json.JSONDecodeError as exc:
-                raise InputError(path, None, f"invalid JSON: {exc}") from None
-        located = ((i, f"record {i}", rec) for i, rec in enumerate(data))
+    if input_head(path).lstrip().startswith(b"["):
+        data = load_input_json(path)
+        if not isinstance(data, list):
+            raise InputError(path, None, "expected a JSON list of records")
+        located: Iterator[tuple[int, str, Any]] = (
+            (i, f"record {i}", rec) for i, rec in enumerate(data)
+        )
     else:
-        located = ((i, f"line {i + 1}", rec) for i, rec in enumerate(read_jsonl(path)))
+        located = ((i, f"line {n}", rec) for i, (n, rec) in enumerate(_json_lines(path)))
     for i, where, rec in located:
         if normalize:
             yield normalize_record(rec, path, i, where)
