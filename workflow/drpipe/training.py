@@ -430,7 +430,7 @@ class Trainer:
     keep the best model, checkpoint), then ``finish`` writes the model directory.
     """
 
-    def __init__(self, method_name: str, train_paths, out_dir, cfg, val_paths=()):
+    def __init__(self, method_name: str, train_paths, out_dir, cfg, val_paths=(), corpus=None):
         import torch
 
         from drpipe.encoders import select_device, use_bf16
@@ -461,6 +461,11 @@ class Trainer:
         self.train, self.val, self.counts = load_training_data(
             self.train_paths, self.val_paths, cfg
         )
+        corpus = dict(corpus or {})
+        missing = sorted(set(self.method.train_corpus) - set(corpus))
+        if missing:
+            raise SystemExit(f"error: method {method_name} trains with --corpus {missing}")
+        self.method.prepare(corpus, [*self.train, *self.val])
         self.model = build_model(cfg, self.method.special_tokens).to(self.device)
         self.model.method = {"name": method_name, "cfg": self.method.cfg}
         self.model.train()
@@ -693,14 +698,16 @@ def train_model(
     cfg: dict[str, Any],
     *,
     val_paths: Sequence[str | Path] = (),
+    corpus: dict[str, str | Path] | None = None,
     stop_after: int | None = None,
 ) -> dict[str, Any]:
     """Train, write the best model to ``out_dir`` (rank 0) and return the report.
 
+    ``corpus``: the tables the method's ``train_corpus`` names (name -> path).
     ``stop_after``: return after that many optimizer steps without writing anything more
     (simulates a killed job; tests use it to check that resuming gives identical weights).
     """
-    return Trainer(method_name, train_paths, out_dir, cfg, val_paths).run(stop_after)
+    return Trainer(method_name, train_paths, out_dir, cfg, val_paths, corpus).run(stop_after)
 
 
 def init_model(out_dir: str | Path, cfg: dict[str, Any]) -> dict[str, Any]:
@@ -732,6 +739,13 @@ def torchrun_argv(nproc: int, argv: Sequence[str]) -> list[str]:
     return ["--standalone", f"--nproc-per-node={nproc}", "-m", "drpipe.cli", *rest]
 
 
+def _name_path(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH, not {text!r}")
+    return name, Path(path)
+
+
 def _train(args: argparse.Namespace) -> int:
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
         # Snakemake starts one job per rule; torchrun fans it out to the job's GPUs.
@@ -748,6 +762,7 @@ def _train(args: argparse.Namespace) -> int:
         args.out,
         args.cfg,
         val_paths=args.val or (),
+        corpus=dict(args.corpus or []),
         stop_after=args.stop_after,
     )
     if args.report and int(os.environ.get("RANK", "0")) == 0 and "stopped_at_step" not in report:
@@ -770,6 +785,10 @@ def register(sub) -> None:
         "--val", nargs="+", type=Path, help="validation example files (else val_fraction)"
     )
     p.add_argument("--out", required=True, type=Path, help="model directory to write")
+    p.add_argument(
+        "--corpus", nargs="+", type=_name_path, metavar="NAME=PATH",
+        help="corpus tables the method trains with (passages=..., sentences=...)",
+    )  # fmt: skip
     p.add_argument("--report", type=Path, help="JSON report: curves, speed, counts")
     p.add_argument("--stop-after", type=int, help=argparse.SUPPRESS)
     p.add_argument(

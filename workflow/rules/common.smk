@@ -247,6 +247,18 @@ def corpus_inputs(run):
     return out
 
 
+def train_corpus(run):
+    """Corpus tables a run's method trains with (sentence-level methods: the sentences)."""
+    return {k: corpus_table(k) for k in method_class(run_method(run)).train_corpus}
+
+
+def corpus_table(name):
+    return {
+        "passages": "results/corpus/passages.parquet",
+        "sentences": "results/corpus/sentences.parquet",
+    }[name]
+
+
 # --- index and retrieve ---
 
 

@@ -3,6 +3,7 @@
 
 rule train:
     input:
+        unpack(lambda w: train_corpus(w.run)),
         train=lambda w: train_set_files(w.train_set),
         val=lambda w: val_set_files(w.train_set),
     output:
@@ -22,11 +23,19 @@ rule train:
     params:
         method=lambda w: run_method(w.run),
         val=lambda w, input: ("--val " + " ".join(input.val)) if input.val else "",
+        corpus=lambda w, input: (
+            "--corpus "
+            + " ".join(
+                f"{k}={input[k]}" for k in method_class(run_method(w.run)).train_corpus
+            )
+            if method_class(run_method(w.run)).train_corpus
+            else ""
+        ),
         cfg=lambda w: cfg_json(method_config(C, w.run, w.train_set)),
         opts=runtime(lambda w: options(method_run_options(C, w.run))),
         code=lambda w: method_code(w.run, "drpipe.training"),
     shell:
-        "drpipe train --method {params.method:q} --train {input.train:q} {params.val}"
+        "drpipe train --method {params.method:q} --train {input.train:q} {params.val} {params.corpus}"
         " --out {output.model:q} --report {output.report:q} --cfg {params.cfg:q}"
         " {params.opts} --threads {threads} --nproc {resources.gpu} 2> {log:q}"
 

@@ -8,7 +8,9 @@ registry is built from the module names (``drpipe.methods.method_names``). The c
 - ``hybrid``: whether its tables have a BM25 + method hybrid row;
 - ``defaults`` and ``schema``: its own config keys with their defaults and JSON-schema types
   (class attributes; a subclass adds to its parent's, see ``config_defaults``);
-- ``special_tokens``: tokens added to the tokenizer (embeddings resized, saved with the model).
+- ``special_tokens``: tokens added to the tokenizer (embeddings resized, saved with the model);
+- ``train_corpus``: corpus tables its training reads besides the examples (DCSR:
+  ``("passages", "sentences")``), handed to ``prepare`` before the first batch.
 
 and implements
 
@@ -148,6 +150,7 @@ class Method(ABC):
     corpus_units: ClassVar[str] = "passages"
     hybrid: ClassVar[bool] = True
     special_tokens: ClassVar[tuple[str, ...]] = ()
+    train_corpus: ClassVar[tuple[str, ...]] = ()  # "passages" and/or "sentences"
     defaults: ClassVar[dict[str, Any]] = {}  # this class's own cfg keys and their defaults
     schema: ClassVar[dict[str, Any]] = {}  # JSON-schema properties of those keys
 
@@ -176,6 +179,12 @@ class Method(ABC):
         return out
 
     # ---- training
+
+    def prepare(self, corpus: dict[str, Any], examples: Sequence[dict]) -> None:
+        """Called once before training with the tables named in ``train_corpus`` (name ->
+        path) and every training and validation example (DCSR: sentence spans of their
+        passages). Default: nothing."""
+        return None
 
     @abstractmethod
     def collate(self, items: Sequence[tuple[int, dict]], ctx: CollateContext) -> Any:
