@@ -222,3 +222,23 @@ def test_bad_shards_are_named(tmp_path):
         open_shards(c)
     with pytest.raises(SystemExit, match="unknown keys"):
         build_index(a, tmp_path / "x.faiss", {"type": "flat", "nlist": 3})
+
+
+def test_truncated_shard_is_set_aside_so_the_next_run_rebuilds_it(tmp_path):
+    """A shard cut short (a killed copy, a full disk) stops the index build with a message
+    naming it, and is renamed aside: the output is then missing and Snakemake re-encodes it,
+    instead of failing on the same file at every run."""
+    paths = write_shards(tmp_path, np.ones((6, 4), np.float32), np.arange(6), [0, 3, 6])
+    data = paths[1].read_bytes()
+    paths[1].write_bytes(data[: len(data) - 20])
+    with pytest.raises(InputError, match=r"shard-1\.npy.*moved aside.*re-encodes"):
+        build_index(paths, tmp_path / "x.faiss", {"type": "flat"})
+    assert not paths[1].exists() and not ids_path_for(paths[1]).exists()
+    assert (tmp_path / "shard-1.npy.unreadable").exists()
+    assert paths[0].exists() and not (tmp_path / "x.faiss").exists()
+    # Opened for reading only (the hybrid), nothing is renamed; the message says what to do.
+    data = paths[0].read_bytes()
+    paths[0].write_bytes(data[:40])
+    with pytest.raises(InputError, match="delete"):
+        open_shards(paths[:1])
+    assert paths[0].exists()

@@ -125,3 +125,100 @@ def test_slurm_profile_assigns_per_rule_resources(tmp_path):
     assert train and all("gpu=8" in b and "slurm_partition=gpu" in b for b in train)
     assert all("--nproc 8" in b for b in train)
     assert encode and all("gpu=1" in b for b in encode)
+
+
+RULE_ENVS = r"""
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import (ConfigSettings, OutputSettings, ResourceSettings,
+                                      StorageSettings)
+with SnakemakeApi(OutputSettings(quiet=None)) as api:
+    wf = api.workflow(
+        snakefile=Path(sys.argv[1]), workdir=Path(sys.argv[2]),
+        config_settings=ConfigSettings(config={"scale": sys.argv[3]}),
+        resource_settings=ResourceSettings(cores=1), storage_settings=StorageSettings())
+    wf.dag()
+    print(json.dumps({r.name: r.conda_env for r in wf._workflow.rules}))
+"""
+
+
+def rule_envs(tmp_path, scale: str) -> dict[str, str | None]:
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-c", RULE_ENVS, str(REPO / "Snakefile"), str(tmp_path), scale],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_gpu_rules_get_the_cuda_environment_at_paper_scale(tmp_path):
+    gpu_rules = {"train", "encode", "encode_queries", "build_index", "retrieve"}
+    paper = rule_envs(tmp_path, "paper")
+    assert {r for r, e in paper.items() if e and e.endswith("gpu.yaml")} == gpu_rules
+    assert paper["bm25_search"].endswith("java.yaml") and paper["evaluate"].endswith("cpu.yaml")
+    mini = rule_envs(tmp_path, "mini")
+    assert not any(e and e.endswith("gpu.yaml") for e in mini.values())
+    assert all(e for r, e in mini.items() if r != "all"), "every rule names its environment"
+
+
+def test_torch_pins_agree():
+    import re
+
+    make = re.search(r"^TORCH \?= torch==(\S+)", (REPO / "Makefile").read_text(), re.M)
+    assert make, "the Makefile pins torch"
+    for name in ("cpu", "gpu"):
+        env = yaml.safe_load((REPO / f"envs/{name}.yaml").read_text())
+        pins = [d for d in env["dependencies"] if isinstance(d, dict)][0]["pip"]
+        torch = [p for p in pins if p.startswith("torch==")]
+        assert torch == [f"torch=={make.group(1)}"], (name, torch)
+        assert not [d for d in env["dependencies"] if str(d).startswith("pytorch")]
+
+
+def test_precedence_defaults_scale_user_file_command_line():
+    user = {"encode": {"shards": 3}, "bm25": {"k1": 1.1}}
+    cfg = resolve(RAW, SCHEMA, {"scale": "squad"}, user_files=[user])
+    assert cfg["encode"]["shards"] == 3  # the user's file beats the squad overlay's 4
+    assert cfg["qa"]["squad"]["train"]["sample"] == 5000  # the overlay beats the defaults
+    cfg = resolve(RAW, SCHEMA, {"scale": "squad", "encode": {"shards": 5}}, user_files=[user])
+    assert cfg["encode"]["shards"] == 5 and cfg["bm25"]["k1"] == 1.1  # --config wins
+    # A user file can choose the scale too; --config still wins.
+    assert resolve(RAW, SCHEMA, {}, user_files=[{"scale": "squad"}])["scale"] == "squad"
+    assert resolve(RAW, SCHEMA, {"scale": "mini"}, user_files=[{"scale": "squad"}])["scale"] == (
+        "mini"
+    )
+
+
+def test_user_configfile_beats_the_scale_overlay_in_snakemake(tmp_path):
+    jobs = planned_jobs(
+        tmp_path, "--config", "scale=squad", overlay={"encode": {"shards": 3}}
+    )  # the overlay file is passed as a second --configfile
+    shards = {o for r, o in jobs if r == "encode" and o.startswith("results/embeddings/dpr/")}
+    assert len(shards) == 3, sorted(shards)
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"evaluate": {"ks": [1, 20, 1000]}}, r"evaluate\.ks.*top-1000.*retrieve\.top_k = 100"),
+        ({"bm25": {"hits": 20}, "retrieve": {"top_k": 100}}, r"evaluate\.ks.*bm25\.hits = 20"),
+        ({"methods": {"dpr": {"lr": "1e-4"}}}, r"methods\.dpr\.lr.*write 1\.0e-4"),
+    ],
+)
+def test_cross_key_and_yaml_number_errors(patch, message):
+    raw = deep_merge(copy.deepcopy(RAW), patch)
+    with pytest.raises(ConfigError, match=message):
+        resolve(raw, SCHEMA)
+
+
+def test_unknown_table3_variant_is_a_config_error(tmp_path):
+    tables = {"table3": {"dataset": "squad", "split": "test", "train_set": "squad",
+                         "variants": ["t3_nope"]}}  # fmt: skip
+    proc = snakemake(tmp_path, "-n", "results/dpr/table3.csv", overlay={"tables": tables},
+                     check=False)  # fmt: skip
+    assert proc.returncode != 0
+    assert "methods.dpr.variants.t3_nope" in proc.stdout + proc.stderr

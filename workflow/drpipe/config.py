@@ -33,6 +33,20 @@ def _key_path(error: jsonschema.ValidationError) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "<top level>"
 
 
+def _number_hint(error: jsonschema.ValidationError) -> str:
+    """YAML 1.1 reads ``1e-4`` (no dot) as a string; say how to write it as a number."""
+    value = error.instance
+    if error.validator != "type" or not isinstance(value, str):
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    mantissa, _, exponent = value.lower().partition("e")
+    fixed = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exponent}" if exponent else value
+    return f" (YAML read {value!r} as text; write {fixed} to give the number {number:g})"
+
+
 def validate(config: dict, schema: dict, label: str = "config") -> None:
     """Raise ConfigError naming the offending key (all problems, most specific first)."""
     validator = jsonschema.Draft202012Validator(schema)
@@ -46,7 +60,7 @@ def validate(config: dict, schema: dict, label: str = "config") -> None:
                 names = ", ".join(f"{where}.{k}" if where != "<top level>" else k for k in extra)
                 lines.append(f"unknown key {names}")
             else:
-                lines.append(f"key {_key_path(e)}: {e.message}")
+                lines.append(f"key {_key_path(e)}: {e.message}{_number_hint(e)}")
         raise ConfigError(f"{label} is invalid:\n  " + "\n  ".join(lines))
 
 

@@ -228,8 +228,16 @@ class BiEncoder(nn.Module):
         """Build from a pretrained model (``init`` as in config; ``add_tokens``: e.g. ``<sent>``)."""
         from transformers import AutoTokenizer
 
-        path = resolve_init(init)
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        from drpipe.errors import InputError
+
+        where = "config key encoder.init (or methods.<method>.init)"
+        try:
+            path = resolve_init(init)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+        except (OSError, ValueError) as exc:
+            # Offline, an unknown hub id ends deep inside transformers: name the key instead.
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(init, None, f"cannot load this encoder ({where}): {first}") from None
         if add_tokens:
             tokenizer.add_special_tokens({"additional_special_tokens": list(add_tokens)})
 

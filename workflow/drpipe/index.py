@@ -122,8 +122,22 @@ class Shards:
         return out
 
 
-def open_shards(paths: Sequence[str | Path]) -> Shards:
-    """Open ``shard-*.npy`` files (+ their ``.ids.npy``) and check they fit together."""
+def set_aside(path: Path) -> Path:
+    """Rename an unreadable shard to ``<name>.unreadable`` so that the next run rebuilds it
+    (Snakemake sees the output missing) instead of failing on it again."""
+    bad = path.with_name(path.name + ".unreadable")
+    path.replace(bad)
+    ids = ids_path_for(path)
+    if ids.exists():
+        ids.replace(ids.with_name(ids.name + ".unreadable"))
+    return bad
+
+
+def open_shards(paths: Sequence[str | Path], *, set_aside_bad: bool = False) -> Shards:
+    """Open ``shard-*.npy`` files (+ their ``.ids.npy``) and check they fit together.
+
+    ``set_aside_bad``: a shard that cannot be read as a whole array (truncated, not .npy) is
+    renamed aside, and the error says so: the next run re-encodes that shard alone."""
     if not paths:
         raise SystemExit("error: no embedding shards given")
     vectors, ids, d = [], [], None
@@ -131,7 +145,13 @@ def open_shards(paths: Sequence[str | Path]) -> Shards:
         try:
             vec = np.load(p, mmap_mode="r")
         except (OSError, ValueError) as exc:
-            raise InputError(p, None, f"cannot read as .npy: {exc}") from None
+            problem = f"cannot read as .npy: {exc}"
+            if set_aside_bad and p.exists():
+                bad = set_aside(p)
+                problem += f"; moved aside to {bad.name}: the next run re-encodes this shard"
+            else:
+                problem += f"; delete {p} and its .ids.npy, and the next run re-encodes it"
+            raise InputError(p, None, problem) from None
         if vec.ndim != 2 or vec.dtype not in (np.float32, np.float16):
             raise InputError(
                 p, None, f"expected a 2-d float32/float16 array, got {vec.dtype}{vec.shape}"
@@ -144,7 +164,13 @@ def open_shards(paths: Sequence[str | Path]) -> Shards:
         ip = ids_path_for(p)
         if not ip.exists():
             raise InputError(ip, None, "ids file of this shard is missing")
-        sid = np.load(ip)
+        try:
+            sid = np.load(ip, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            problem = f"cannot read as .npy: {exc}"
+            if set_aside_bad:
+                problem += f"; moved aside to {set_aside(p).name}: the next run re-encodes it"
+            raise InputError(ip, None, problem) from None
         if sid.ndim != 1 or sid.dtype != np.int64 or len(sid) != len(vec):
             raise InputError(ip, None, f"expected int64 [{len(vec)}], got {sid.dtype}{sid.shape}")
         vectors.append(vec)
@@ -264,7 +290,7 @@ def build_index(embeddings: Sequence[str | Path], out: str | Path, cfg: dict[str
     kind = cfg["type"]
     if cfg["threads"]:
         faiss.omp_set_num_threads(int(cfg["threads"]))
-    shards = open_shards(embeddings)
+    shards = open_shards(embeddings, set_aside_bad=True)
     n, d, chunk = shards.n, shards.d, int(cfg["add_batch_size"])
     if n == 0:
         raise InputError(embeddings[0], None, "the shards hold no vectors")

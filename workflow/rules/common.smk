@@ -193,6 +193,18 @@ def doc_entry(name):
 DOC_COMMAND = {"wiki_dump": ("wiki", "--dump"), "squad": ("squad-docs", "--squad")}
 
 
+def doc_cfg(name):
+    """What a document step reads: the dump cleaning stops after `max_articles`; a SQuAD
+    source samples `sample_articles` with the seed (and only then reads it)."""
+    d = doc_entry(name)
+    if d["kind"] == "wiki_dump":
+        return {"max_articles": d.get("max_articles")}
+    out = {"sample_articles": d.get("sample_articles")}
+    if d.get("sample_articles") is not None:
+        out["seed"] = C["seed"]
+    return out
+
+
 # --- bm25 ---
 
 
@@ -276,14 +288,34 @@ def qvec_file(run, train_set, dataset, split):
 
 
 def search_cfg(run):
-    """What a search over a run's index reads (depth, index type and its search knobs)."""
+    """What a search over a run's index reads: depth, index type and that type's search knob."""
+    kind = index_type(run)
+    knob = {
+        "hnsw": {"ef_search": C["index"]["hnsw"]["ef_search"]},
+        "ivfpq": {"nprobe": C["index"]["ivfpq"]["nprobe"]},
+    }
     return {
         "top_k": C["retrieve"]["top_k"],
-        "index_type": index_type(run),
-        "ef_search": C["index"]["hnsw"]["ef_search"],
-        "nprobe": C["index"]["ivfpq"]["nprobe"],
+        "index_type": kind,
         "use_gpu": C["index"]["use_gpu"],
+        **knob.get(kind, {}),
     }
+
+
+def index_cfg(itype):
+    """What building an index of type `itype` reads (only its own type's parameters)."""
+    cfg = {"type": itype, "use_gpu": C["index"]["use_gpu"]}
+    if itype in ("hnsw", "ivfpq"):
+        cfg[itype] = {
+            k: v for k, v in C["index"][itype].items() if k not in SEARCH_KNOBS
+        }
+    if itype == "ivfpq":
+        cfg["seed"] = C["seed"]  # samples the vectors the quantizer trains on
+    return cfg
+
+
+# Set at search time (stored with the index as defaults, but the run passes its own).
+SEARCH_KNOBS = ("ef_search", "nprobe")
 
 
 # --- tables ---

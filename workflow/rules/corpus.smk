@@ -24,13 +24,7 @@ rule documents:
     params:
         command=lambda w: DOC_COMMAND[doc_entry(w.docset)["kind"]][0],
         flag=lambda w: DOC_COMMAND[doc_entry(w.docset)["kind"]][1],
-        cfg=lambda w: cfg_json(
-            {
-                "sample_articles": doc_entry(w.docset).get("sample_articles"),
-                "max_articles": doc_entry(w.docset).get("max_articles"),
-                "seed": C["seed"],
-            }
-        ),
+        cfg=lambda w: cfg_json(doc_cfg(w.docset)),
         code=code("drpipe.corpus.cli"),
     shell:
         "drpipe corpus {params.command:q} {params.flag:q} {input:q} --out {output.docs:q}"

@@ -21,15 +21,7 @@ rule build_index:
     resources:
         gpu=lambda w: gpus(1),
     params:
-        cfg=lambda w: cfg_json(
-            {
-                "type": w.itype,
-                "hnsw": C["index"]["hnsw"],
-                "ivfpq": C["index"]["ivfpq"],
-                "use_gpu": C["index"]["use_gpu"],
-                "seed": C["seed"],
-            }
-        ),
+        cfg=lambda w: cfg_json(index_cfg(w.itype)),
         code=code("drpipe.index"),
     shell:
         "drpipe index --embeddings {input:q} --out {output.index:q} --cfg {params.cfg:q}"

