@@ -22,7 +22,7 @@ from drpipe.encode import encode_shard, ids_path_for
 from drpipe.errors import InputError
 from drpipe.index import VectorLookup, open_shards
 from drpipe.io import write_parquet
-from drpipe.retrieve import fuse
+from drpipe.retrieve import fuse, hybrid
 from drpipe.runs import RUN_SCHEMA, read_run
 
 N_ARTICLES = 3
@@ -402,3 +402,49 @@ def test_hybrid_cli_matches_formula(pipeline, corpus, model, tmp_path):
     assert report["bm25_depth_max"] == 6 and report["dense_depth"] == 8
     assert report["mean_only_bm25"] > 0 and report["mean_only_dense"] > 0
     assert math.isclose(report["lambda"], 1.1)
+
+
+def test_hybrid_weight_tuned_on_held_out_questions_only(pipeline, corpus, model, tmp_path):
+    """lambda "tune": each grid weight is scored on the held-out questions named by the
+    training report, the best is used for the run, and the report keeps the whole grid. The
+    hybrid reads no answers of the questions it ranks (no question table is an input)."""
+    model_dir, _ = model
+    questions = pq.read_table(corpus / "questions.parquet").to_pylist()
+    n = pq.ParquetFile(corpus / "passages.parquet").metadata.num_rows
+    rng = np.random.default_rng(1)
+    rows = []
+    for q in questions:
+        pids = rng.choice(np.arange(1, n + 1), size=8, replace=False)
+        scores = np.sort(rng.uniform(5, 20, size=8))[::-1]
+        rows += [
+            (q["qid"], r + 1, int(p), float(s))
+            for r, (p, s) in enumerate(zip(pids, scores, strict=True))
+        ]
+    bm25_path = write_run(tmp_path / "bm25.parquet", rows)
+    held = [q["qid"] for q in questions[::2]]
+    report_path = tmp_path / "train.report.json"
+    report_path.write_text(json.dumps({"val_qids": held}))
+    grid = [0.01, 1.0, 100.0]
+    cfg = {**RET, "lambda": "tune", "grid": grid, "ks": [1, 5, 20], "depth": 10, "top_k": 20}
+    rc = drpipe_main(
+        ["hybrid", "--model", str(model_dir), "--queries", str(pipeline["queries"]),
+         "--index", str(pipeline["index"]), "--embeddings", *map(str, pipeline["shards"]),
+         "--bm25-run", str(bm25_path), "--tune-queries", str(pipeline["queries"]),
+         "--tune-bm25-run", str(bm25_path), "--tune-questions", str(corpus / "questions.parquet"),
+         "--tune-report", str(report_path), "--passages", str(corpus / "passages.parquet"),
+         "--out", str(tmp_path / "h.parquet"), "--report", str(tmp_path / "h.json"),
+         "--cfg", json.dumps(cfg)]
+    )  # fmt: skip
+    assert rc == 0
+    rep = json.loads((tmp_path / "h.json").read_text())
+    table = rep["lambda_tuning"]["grid"]
+    assert [t["lambda"] for t in table] == grid
+    means = [t["mean"] for t in table]
+    assert rep["lambda"] == grid[int(np.argmax(means))]
+    assert f"{len(held)} questions held out" in rep["lambda_tuning"]["questions"]
+    # Random BM25 lists carry no signal: the dense-dominated weight wins.
+    assert rep["lambda"] == 100.0 and means[2] > means[0]
+    # Tuning needs its inputs.
+    with pytest.raises(SystemExit, match="tune"):
+        hybrid(model_dir, pipeline["queries"], pipeline["index"], pipeline["shards"], bm25_path,
+               tmp_path / "x.parquet", cfg)  # fmt: skip

@@ -28,6 +28,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ import numpy as np
 from drpipe.cliutil import add_cfg
 from drpipe.errors import InputError
 from drpipe.io import progress, write_json
+from drpipe.qa.datasets import read_questions
 from drpipe.runs import read_run, run_table, write_run
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,13 @@ DEFAULT_CFG: dict[str, Any] = {
     "nprobe": None,
     "threads": None,
 }
-DEFAULT_HYBRID_CFG: dict[str, Any] = {**DEFAULT_CFG, "lambda": 1.1, "depth": 2000}
+DEFAULT_HYBRID_CFG: dict[str, Any] = {
+    **DEFAULT_CFG,
+    "lambda": 1.1,  # or "tune": the best of `grid` on the tuning questions
+    "grid": [1.1],
+    "ks": [1, 5, 20, 100],  # the accuracies the tuning averages
+    "depth": 2000,
+}
 
 
 def merged_cfg(cfg: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -188,6 +196,108 @@ def fuse(
     return union[order], fused[order], counts
 
 
+@dataclass
+class Candidates:
+    """What the hybrid fuses for a set of questions: their BM25 lists and dense lists."""
+
+    qids: list[str]
+    qvecs: np.ndarray
+    bm25: dict[str, tuple[np.ndarray, np.ndarray]]
+    dense_p: list[np.ndarray]
+    dense_s: list[np.ndarray]
+    bm25_run: str
+
+
+def candidates(index, qids, qvecs, bm25_run, depth: int, subset: bool = False) -> Candidates:
+    """BM25 and dense lists of ``qids``. ``subset``: the BM25 run may hold other questions
+    too (the tuning questions are part of the training split's run); else each of its qids
+    must be one of ``qids``."""
+    if subset:
+        wanted = set(qids)
+        bm25 = {q: hits for q, hits in read_run(bm25_run).items() if q in wanted}
+    else:
+        bm25 = read_run(bm25_run, qids=qids)
+    d_scores, d_pids = index.search(qvecs, min(depth, index.n))
+    dense_p, dense_s = dense_lists(d_scores, d_pids)
+    return Candidates(qids, qvecs, bm25, dense_p, dense_s, str(bm25_run))
+
+
+def fuse_all(
+    cand: Candidates, lookup, lam: float, top_k: int, show: bool = True
+) -> tuple[list[np.ndarray], list[np.ndarray], dict[str, int]]:
+    """Fused top-``top_k`` (pids, scores) of every question, and summed union counts."""
+    out_p, out_s = [], []
+    totals = {"union": 0, "only_bm25": 0, "only_dense": 0, "no_bm25": 0}
+    empty = (np.empty(0, np.int64), np.empty(0, np.float64))
+    for i, qid in enumerate(progress(cand.qids, desc="hybrid", unit="q", disable=not show)):
+        b_p, b_s = cand.bm25.get(qid, empty)
+        totals["no_bm25"] += len(b_p) == 0
+        q = cand.qvecs[i].astype(np.float64)
+
+        def sim_of(pids: np.ndarray, q=q, qid=qid) -> np.ndarray:
+            try:
+                return lookup.get(pids).astype(np.float64) @ q
+            except KeyError as exc:
+                raise InputError(
+                    cand.bm25_run, f"qid {qid!r}", f"BM25 run names unknown passages: {exc}"
+                ) from None
+
+        p, s, counts = fuse(b_p, b_s, cand.dense_p[i], cand.dense_s[i], sim_of, lam, top_k)
+        out_p.append(p)
+        out_s.append(s)
+        for k in counts:
+            totals[k] += counts[k]
+    return out_p, out_s, totals
+
+
+def tune_lambda(
+    cand: Candidates,
+    lookup,
+    questions: list[dict],
+    passages_path: str | Path,
+    grid: list[float],
+    ks: list[int],
+) -> tuple[float, list[dict[str, Any]]]:
+    """The weight of ``grid`` whose fused runs score best on ``questions`` (mean top-k accuracy
+    over ``ks``; ties: the first in grid order), and every weight's accuracies."""
+    from drpipe.corpus.passages import load_passages
+    from drpipe.evaluate import accuracy_at_k, first_hit_ranks
+    from drpipe.qa.matching import AnswerMatcher
+
+    runs = {lam: fuse_all(cand, lookup, lam, max(ks), show=False)[0] for lam in grid}
+    needed = {int(p) for pids in runs.values() for row in pids for p in row}
+    texts = {pid: text for pid, (_, text) in load_passages(passages_path, needed).items()}
+    matcher = AnswerMatcher(texts)
+    table, best, best_score = [], grid[0], -1.0
+    for lam, pids in runs.items():
+        run = {qid: row.tolist() for qid, row in zip(cand.qids, pids, strict=True)}
+        acc = accuracy_at_k(first_hit_ranks(run, questions, matcher), ks)
+        score = float(np.mean(list(acc.values())))
+        table.append({"lambda": lam, "top_k": acc, "mean": score})
+        if score > best_score:
+            best, best_score = lam, score
+    return best, table
+
+
+def tuning_questions(
+    questions_path: str | Path, report_path: str | Path | None
+) -> tuple[list[dict], str]:
+    """The questions the weight is tuned on: those a model's training held out for validation
+    (its report's ``val_qids``), else every question of the table; and a description."""
+    from drpipe.io import read_json
+
+    rows = read_questions(questions_path)
+    if report_path is None:
+        return rows, f"all questions of {questions_path}"
+    held = set(read_json(report_path).get("val_qids") or [])
+    if not held:
+        raise InputError(report_path, None, "the training report names no held-out questions")
+    kept = [q for q in rows if str(q["qid"]) in held]
+    if not kept:
+        raise InputError(questions_path, None, f"none of the held-out questions of {report_path}")
+    return kept, f"{len(kept)} questions held out of training ({report_path})"
+
+
 def hybrid(
     model_dir: str | Path,
     queries: str | Path,
@@ -196,12 +306,19 @@ def hybrid(
     bm25_run: str | Path,
     out: str | Path,
     cfg: dict[str, Any],
+    tune: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """DPR's BM25 + lambda * dense hybrid run (see the module docstring); returns the report."""
+    """DPR's BM25 + lambda * dense hybrid run (see the module docstring); returns the report.
+
+    ``cfg["lambda"]`` is a number, or ``"tune"``: then ``tune`` names the tuning questions
+    (``queries``, ``bm25_run``, ``questions``, ``passages`` and optionally ``report``, the
+    model's training report whose held-out questions are used) and the weight is the best of
+    ``cfg["grid"]`` there. The evaluated questions are never read for it.
+    """
     from drpipe.index import VectorLookup, open_shards
 
     cfg = merged_cfg(cfg, DEFAULT_HYBRID_CFG)
-    lam, depth, top_k = float(cfg["lambda"]), int(cfg["depth"]), int(cfg["top_k"])
+    depth, top_k = int(cfg["depth"]), int(cfg["top_k"])
     method, qids, qvecs = _prepare(model_dir, queries, cfg)
     if method.corpus_units != "passages":
         raise SystemExit(f"error: the hybrid scores passages; method {method.name} has "
@@ -212,45 +329,46 @@ def hybrid(
         raise InputError(
             embeddings[0], None, f"shards hold {lookup.shards.n} vectors, index {index.n}"
         )
-    bm25 = read_run(bm25_run, qids=qids)
+    tuning: dict[str, Any] = {"how": "fixed"}
+    if cfg["lambda"] == "tune":
+        if not tune:
+            raise SystemExit("error: --cfg lambda 'tune' needs the --tune-* inputs")
+        from drpipe.encode import read_query_vectors
+
+        questions, where = tuning_questions(tune["questions"], tune.get("report"))
+        t_qids, t_vecs = read_query_vectors(tune["queries"])
+        keep = {str(q["qid"]) for q in questions}
+        sel = [i for i, q in enumerate(t_qids) if q in keep]
+        t_cand = candidates(
+            index, [t_qids[i] for i in sel], t_vecs[sel], tune["bm25_run"], depth, subset=True
+        )
+        lam, grid = tune_lambda(
+            t_cand, lookup, questions, tune["passages"], [float(x) for x in cfg["grid"]],
+            [int(k) for k in cfg["ks"]],
+        )  # fmt: skip
+        tuning = {"how": "best of the grid on the tuning questions (mean top-k accuracy)",
+                  "questions": where, "grid": grid}  # fmt: skip
+        log.info("hybrid weight %.3g chosen on %s", lam, where)
+    else:
+        lam = float(cfg["lambda"])
     t0 = time.perf_counter()
-    d_scores, d_pids = index.search(qvecs, min(depth, index.n))
-    dense_p, dense_s = dense_lists(d_scores, d_pids)
-
-    out_p, out_s = [], []
-    totals = {"union": 0, "only_bm25": 0, "only_dense": 0}
-    no_bm25 = 0
-    empty = (np.empty(0, np.int64), np.empty(0, np.float64))
-    for i, qid in enumerate(progress(qids, desc="hybrid", unit="q")):
-        b_p, b_s = bm25.get(qid, empty)
-        no_bm25 += len(b_p) == 0
-        q = qvecs[i].astype(np.float64)
-
-        def sim_of(pids: np.ndarray, q=q, qid=qid) -> np.ndarray:
-            try:
-                return lookup.get(pids).astype(np.float64) @ q
-            except KeyError as exc:
-                raise InputError(
-                    bm25_run, f"qid {qid!r}", f"BM25 run names unknown passages: {exc}"
-                ) from None
-
-        p, s, counts = fuse(b_p, b_s, dense_p[i], dense_s[i], sim_of, lam, top_k)
-        out_p.append(p)
-        out_s.append(s)
-        for k in totals:
-            totals[k] += counts[k]
+    cand = candidates(index, qids, qvecs, bm25_run, depth)
+    out_p, out_s, totals = fuse_all(cand, lookup, lam, top_k)
     fuse_s = time.perf_counter() - t0
     write_run(out, run_table(qids, out_p, out_s))
 
-    depths = [len(v[0]) for v in bm25.values()]
+    depths = [len(v[0]) for v in cand.bm25.values()]
     if depths and max(depths) < depth:
         log.warning("BM25 run %s is only %d deep (hybrid depth %d)", bm25_run, max(depths), depth)
-    if no_bm25:
-        log.warning("%d questions have no BM25 hits: ranked by the dense score alone", no_bm25)
+    if totals["no_bm25"]:
+        log.warning(
+            "%d questions have no BM25 hits: ranked by the dense score alone", totals["no_bm25"]
+        )
     nq = max(len(qids), 1)
     report = {
         "method": "hybrid",
         "lambda": lam,
+        "lambda_tuning": tuning,
         "dense_depth": depth,
         "top_k": top_k,
         "index": str(index_path),
@@ -259,11 +377,12 @@ def hybrid(
         "bm25_depth_min": min(depths) if depths else 0,
         "bm25_depth_max": max(depths) if depths else 0,
         "n_questions": len(qids),
-        "n_questions_without_bm25": int(no_bm25),
+        "n_questions_without_bm25": int(totals["no_bm25"]),
         "mean_union_size": totals["union"] / nq,
         "mean_only_bm25": totals["only_bm25"] / nq,
         "mean_only_dense": totals["only_dense"] / nq,
-        "missing_bm25_score": "lowest BM25 score of the question's list (pyserini convention)",
+        "missing_bm25_score": "lowest BM25 score of the question's list (pyserini convention); "
+        "an upper bound on the passage's true BM25 score",
         "missing_dense_score": "exact inner product with the stored passage vector",
         "search_and_fuse_seconds": round(fuse_s, 3),
     }
@@ -282,9 +401,18 @@ def _cmd_retrieve(args: argparse.Namespace) -> int:
 
 
 def _cmd_hybrid(args: argparse.Namespace) -> int:
+    tune = None
+    if args.tune_queries:
+        tune = {"queries": args.tune_queries, "bm25_run": args.tune_bm25_run,
+                "questions": args.tune_questions, "passages": args.passages,
+                "report": args.tune_report}  # fmt: skip
+        missing = [k for k, v in tune.items() if v is None and k != "report"]
+        if missing:
+            raise SystemExit(f"error: --tune-queries needs {', '.join(missing)} too")
     report = hybrid(
-        args.model, args.queries, args.index, args.embeddings, args.bm25_run, args.out, args.cfg
-    )
+        args.model, args.queries, args.index, args.embeddings, args.bm25_run, args.out, args.cfg,
+        tune,
+    )  # fmt: skip
     write_json(args.report, report)
     return 0
 
@@ -321,5 +449,10 @@ def register(sub) -> None:
     _common(h)
     h.add_argument("--embeddings", nargs="+", required=True, help="the index's shard-*.npy files")
     h.add_argument("--bm25-run", required=True, help="BM25 run (Parquet), ideally 2000 deep")
+    h.add_argument("--tune-queries", help="question vectors of the tuning questions")
+    h.add_argument("--tune-bm25-run", help="BM25 run of the tuning questions")
+    h.add_argument("--tune-questions", help="question table holding the tuning questions")
+    h.add_argument("--tune-report", help="training report: tune on its held-out questions")
+    h.add_argument("--passages", help="passage table (answer matching while tuning)")
     add_cfg(h)
     h.set_defaults(func=_cmd_hybrid)

@@ -687,6 +687,8 @@ class Trainer:
             "threads": self.threads,
             "world_size": self.dctx.world_size,
             "resumed_from_step": self.resumed_from,
+            # The questions validation used: what the hybrid tunes its weight on (never test).
+            "val_qids": [str(ex["qid"]) for ex in self.val if "qid" in ex],
             **self.method.report(),
         }
 

@@ -212,9 +212,41 @@ def bm25_depth(split):
     """Hits kept: the evaluation/mining depth, or the hybrid's candidate depth for the split
     the tables evaluate (a deeper run costs search time and disk, so only there)."""
     depth = max(C["bm25"]["hits"], C["mining"]["depth"])
-    if C["hybrid"]["enabled"] and split == C["tables"]["split"]:
+    if C["hybrid"]["enabled"] and split in hybrid_splits():
         depth = max(depth, C["hybrid"]["depth"])
     return depth
+
+
+def hybrid_splits():
+    """Splits the hybrid fuses: the tables' split, and the training split it tunes on."""
+    return {
+        C["tables"]["split"],
+        *(["train"] if C["hybrid"]["lambda"] == "tune" else []),
+    }
+
+
+def hybrid_tuning_inputs(w):
+    """Inputs of the weight's tuning: the held-out training questions of the model (named
+    in its training report), their vectors, their BM25 run, and the passages."""
+    if C["hybrid"]["lambda"] != "tune":
+        return {}
+    if w.run == "init":
+        raise ValueError("config: hybrid.lambda 'tune' needs a trained run, not init")
+    return {
+        "tune_queries": qvec_file(w.run, w.train_set, w.dataset, "train"),
+        "tune_bm25_run": f"results/runs/bm25/none/{w.dataset}-train.parquet",
+        "tune_questions": f"results/qa/{w.dataset}/train.parquet",
+        "tune_report": f"results/models/{w.run}/{w.train_set}.report.json",
+        "passages": "results/corpus/passages.parquet",
+    }
+
+
+def hybrid_cfg(run):
+    keys = ("lambda", "depth") + (("grid",) if C["hybrid"]["lambda"] == "tune" else ())
+    cfg = {**search_cfg(run), **{k: C["hybrid"][k] for k in keys}}
+    if C["hybrid"]["lambda"] == "tune":
+        cfg["ks"] = C["evaluate"]["ks"]
+    return cfg
 
 
 # --- train ---

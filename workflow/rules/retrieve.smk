@@ -33,6 +33,7 @@ rule retrieve:
 
 rule hybrid:
     input:
+        unpack(hybrid_tuning_inputs),
         model="results/models/{run}/{train_set}",
         queries=lambda w: qvec_file(w.run, w.train_set, w.dataset, w.split),
         index=index_file,
@@ -51,16 +52,13 @@ rule hybrid:
         env()
     threads: C["threads"]
     params:
-        cfg=lambda w: cfg_json(
-            {
-                **search_cfg(w.run),
-                "lambda": C["hybrid"]["lambda"],
-                "depth": C["hybrid"]["depth"],
-            }
+        tune=lambda w, input: " ".join(
+            f"--{k.replace('_', '-')} {input[k]}" for k in hybrid_tuning_inputs(w)
         ),
+        cfg=lambda w: cfg_json(hybrid_cfg(w.run)),
         code=lambda w: method_code(w.run, "drpipe.retrieve"),
     shell:
         "drpipe hybrid --model {input.model:q} --queries {input.queries:q}"
         " --index {input.index:q} --embeddings {input.embeddings:q}"
-        " --bm25-run {input.bm25:q} --out {output.run:q} --report {output.report:q}"
+        " --bm25-run {input.bm25:q} {params.tune} --out {output.run:q} --report {output.report:q}"
         " --cfg {params.cfg:q} --threads {threads} 2> {log:q}"
