@@ -241,3 +241,46 @@ def test_cli_index_and_search(tiny_index, tmp_path):
     rows = pq.read_table(tmp_path / "run.parquet").to_pylist()
     assert [(r["qid"], r["pid"]) for r in rows] == [("a", 4)]
     assert bm25.read_index_meta(tiny_index)["indexed"] == len(DOCS)
+
+
+def _index_of(root: Path, docs: dict[int, tuple[str, str]], fields: str) -> Path:
+    rows = [
+        {"pid": pid, "title": title, "text": text, "source": "t", "doc_id": pid}
+        for pid, (title, text) in docs.items()
+    ]
+    write_parquet(root / "p.parquet", pa.Table.from_pylist(rows, schema=PASSAGE_SCHEMA))
+    bm25.build_index(root / "p.parquet", root / "index", {"threads": 1, "fields": fields})
+    return root / "index"
+
+
+def test_two_field_bm25_is_the_sum_of_per_field_bm25(tmp_path):
+    """fields: title_text scores sum(BM25 on the text field, BM25 on the title field), each
+    field with its own statistics: equal to adding two single-field indexes' scores."""
+    docs = {pid: (t, x) for pid, (t, x, _) in DOCS.items()}
+    two = _index_of(tmp_path / "two", docs, "title_text")
+    text_only = _index_of(tmp_path / "text", {p: ("", x) for p, (_, x) in docs.items()}, "single")
+    title_only = _index_of(tmp_path / "title", {p: ("", t) for p, (t, _) in docs.items()}, "single")
+    qpath = _questions(tmp_path / "q.parquet", ["a", "b"], ["cat bird", "fish wolf"])
+    cfg2 = {**CFG, "fields": "title_text", "field_weights": {"contents": 1.0, "title": 1.0}}
+    rep = bm25.search(two, qpath, tmp_path / "two.parquet", cfg2)
+    assert rep["fields"] == "title_text"
+    got = {
+        (r["qid"], r["pid"]): r["score"]
+        for r in pq.read_table(tmp_path / "two.parquet").to_pylist()
+    }
+    want: dict[tuple[str, int], float] = {}
+    for index, name in ((text_only, "x"), (title_only, "t")):
+        bm25.search(index, qpath, tmp_path / f"{name}.parquet", CFG)
+        for r in pq.read_table(tmp_path / f"{name}.parquet").to_pylist():
+            want[(r["qid"], r["pid"])] = want.get((r["qid"], r["pid"]), 0.0) + r["score"]
+    assert got.keys() == want.keys()
+    for key, score in want.items():
+        assert got[key] == pytest.approx(score, abs=2e-4), key  # each run rounds to 4 decimals
+    # The single-field index ranks differently: it is another model of the passage.
+    single = _index_of(tmp_path / "one", docs, "single")
+    bm25.search(single, qpath, tmp_path / "one.parquet", CFG)
+    one = {
+        (r["qid"], r["pid"]): r["score"]
+        for r in pq.read_table(tmp_path / "one.parquet").to_pylist()
+    }
+    assert one != got

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from drpipe.cliutil import add_cfg
+from drpipe.cliutil import add_cfg, add_runtime
 from drpipe.io import write_json
 
 log = logging.getLogger(__name__)
@@ -188,6 +188,7 @@ def _add(
     help_text: str,
     inputs: list[tuple[str, dict[str, Any]]],
     report: bool = True,
+    runtime: tuple[str, ...] = (),
 ) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help_text, description=help_text)
     for flag, kwargs in inputs:
@@ -196,6 +197,7 @@ def _add(
     if report:
         p.add_argument("--report", help="JSON report: counts by reason, sizes, seconds")
     add_cfg(p)
+    add_runtime(p, *runtime)  # cfg keys that change no output, passed outside --cfg
     p.set_defaults(func=func)
     return p
 
@@ -242,6 +244,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         'sentence offsets of every passage; cfg: {"splitter": "sentencizer"|"spacy_model"|'
         '"dcsr", "model", "batch_size", "processes"}',
         [("--passages", {"help": "passages Parquet"})],
+        runtime=("batch_size",),
     )
     _add(
         steps,
