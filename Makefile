@@ -22,7 +22,7 @@ export TOKENIZERS_PARALLELISM := false
 export DATA_MIRROR
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install run test lint format bench clean squad
+.PHONY: install run test lint format bench clean squad audit
 
 install: $(STAMP)
 
@@ -38,6 +38,16 @@ run: install
 
 squad: install
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --config scale=squad $(SNAKEMAKE_ARGS) $(TARGET)
+
+# Audit a finished run without rebuilding anything: lineage of every table cell, what the
+# current config and code would rerun (pass the run's SNAKEMAKE_ARGS, e.g. --config
+# scale=squad), the papers' claims with paired tests, and Snakemake's HTML report.
+#   make audit [SNAKEMAKE_ARGS=...] [AGAINST=../other/results]
+AGAINST ?=
+audit: install
+	$(BIN)/drpipe audit results --out results/audit --claims results/claims.csv \
+		--report results/report.html $(if $(AGAINST),--against $(AGAINST)) \
+		--snakemake-args "$(SNAKEMAKE_ARGS)"
 
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)

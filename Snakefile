@@ -27,6 +27,11 @@ include: "workflow/rules/index.smk"
 include: "workflow/rules/retrieve.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/aopt.smk"
+include: "workflow/rules/subsets.smk"
+include: "workflow/rules/dcsr.smk"
+include: "workflow/rules/xmoco.smk"
+include: "workflow/rules/audit.smk"
 
 
 rule all:

@@ -204,7 +204,7 @@ def test_a_new_method_is_one_module(tmp_path):
     root = _package_copy(tmp_path)
     (root / "methods" / "echo.py").write_text(
         textwrap.dedent(
-            '''
+            """
             from drpipe.methods.dpr import DPR
 
 
@@ -217,7 +217,7 @@ def test_a_new_method_is_one_module(tmp_path):
 
 
             METHOD = Echo
-            '''
+            """
         )
     )
     code = (

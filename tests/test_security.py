@@ -86,12 +86,19 @@ def _shell_lines(path: Path) -> list[tuple[int, str]]:
 FIELD = re.compile(r"(?<!\{)\{([A-Za-z_][\w.\[\]'\"]*)(?::([^{}]*))?\}(?!\})")
 
 
+# Several command-line words built by common.smk's options() from integers only (settings
+# passed outside the hashed cfg): safe unquoted, and quoting would make them one word.
+MULTIWORD = {"params.opts"}
+
+
 def _unquoted(path: Path, only_wildcards: bool) -> list[str]:
     bad = []
     for n, text in _shell_lines(path):
         for m in FIELD.finditer(text):
             name, spec = m.group(1), m.group(2) or ""
             if only_wildcards and not name.startswith("wildcards"):
+                continue
+            if name in MULTIWORD:
                 continue
             if not spec.endswith("q"):
                 bad.append(f"{_rel(path)}:{n}: {m.group(0)}")

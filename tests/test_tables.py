@@ -259,3 +259,51 @@ def test_table3_cli(tmp_path):
     assert (frame.loc[0, "top5_paper"], frame.loc[0, "top5_diff"]) == (47.0, 0.5)
     assert frame.loc[0, "top20_diff"] == 0.0
     assert "| random7 | random | 0 | no | Random #N=7 | squad (dev, n=10570) |" in md.read_text()
+
+
+AOPT_ROW_MAP = {
+    **ROW_MAP,
+    "aopt-leakfree-passage-r1": {
+        "method": "DPR + AOpt(passage)", "training": "Single", "protocol": "leak-free",
+    },
+    "aopt-oracle-passage-r1": {
+        "method": "DPR + AOpt(passage)", "training": "Single",
+        "protocol": "uses the test answers (oracle)",
+    },
+    "aopt-oracle-hybrid-r1": {
+        "method": "DPR + AOpt(hybrid)", "training": "Single",
+        "protocol": "uses the test answers (oracle)",
+    },
+}  # fmt: skip
+
+
+def test_table2_aopt_rows_keep_their_protocol_apart():
+    metrics = [
+        metric("aopt-oracle-passage-r1", "squad", top=(60.0, 80.0, 90.0, 95.0)),
+        metric("dpr", "squad"),
+        metric("aopt-leakfree-passage-r1", "squad", top=(31.0, 50.0, 70.0, 80.0)),
+        metric("bm25", None),
+        metric("aopt-oracle-hybrid-r1", "nq", "nq", split="test", n=3610, top=(1.0, 2.0, 3.0, 4.0)),
+    ]
+    frame = tables.table2(metrics, "mini", AOPT_ROW_MAP)
+    assert list(frame[["method", "protocol"]].itertuples(index=False, name=None)) == [
+        ("BM25", "standard"),
+        ("DPR", "standard"),
+        ("DPR + AOpt(passage)", "leak-free"),
+        ("DPR + AOpt(passage)", "uses the test answers (oracle)"),
+        ("DPR + AOpt(hybrid)", "uses the test answers (oracle)"),
+    ]
+    # Same label, other protocol: two rows, never one.
+    by = frame.set_index(["method", "protocol"])
+    assert by.loc[("DPR + AOpt(passage)", "leak-free"), "squad_top1"] == 31.0
+    oracle = by.loc[("DPR + AOpt(hybrid)", "uses the test answers (oracle)")]
+    # The oracle row on NQ test gets the AOpt paper's own (oracle) Table 3 value.
+    assert oracle["nq_top1_paper"] == 57.1 and oracle["nq_top1_diff"] == pytest.approx(-56.1)
+    assert "AOpt" in oracle["source"] and "oracle" in oracle["source"]
+    assert math.isnan(by.loc[("DPR + AOpt(passage)", "leak-free"), "squad_top20_paper"])
+    md = tables.table2_markdown(frame, "mini")
+    head, block = md.split("## Oracle rows: they use the test answers (oracle)")
+    assert "| Single | DPR + AOpt(passage) | leak-free | squad |" in head
+    assert "oracle) |" not in head and block.count("| Single | DPR + AOpt(") == 2
+    with pytest.raises(ValueError, match="two metrics"):
+        tables.table2([metrics[0], metrics[0]], "mini", AOPT_ROW_MAP)

@@ -14,6 +14,10 @@ from pathlib import Path
 import pytest
 from workflow_util import planned_jobs, snakemake
 
+from drpipe.methods import method_names
+
+METHODS = method_names()
+
 pytestmark = pytest.mark.slow
 
 TINY = {
@@ -196,3 +200,118 @@ def test_dpr_lr_change_reruns_training_and_after_only(run_dir):
         "init_model",
     }
     assert not any("/bm25/" in out or "/init/" in out for _, out in jobs)
+
+
+# ------------------------------------------------------------------ rerun triggers, per setting
+
+# Settings that change no result: a dry run after changing one plans nothing at all.
+NO_RESULT_CHANGE = {
+    "encode.batch_size": {"encode": {"shards": 2, "batch_size": 7}},
+    "encode.block_size": {"encode": {"shards": 2, "batch_size": 32, "block_size": 33}},
+    "retrieve.batch_size": {"retrieve": {"top_k": 100, "batch_size": 9}},
+    "methods.dpr.checkpoint_every": {"methods": {"dpr": {**TINY["methods"]["dpr"],
+                                                         "checkpoint_every": 5}}},
+    "threads": {"threads": 1},
+    "corpus.wiki_processes": {"corpus": {**TINY["corpus"], "wiki_processes": 1}},
+    "corpus.sentences.batch_size": {"corpus": {**TINY["corpus"], "sentences": {
+        "splitter": "sentencizer", "model": None, "batch_size": 17}}},
+    "index.hnsw (index type flat)": {"index": {"hnsw": {"m": 16, "ef_construction": 40,
+                                                        "ef_search": 16}}},
+    "a source's note": {"sources": {"enwiki_tables": {"note": "edited"}}},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(NO_RESULT_CHANGE))
+def test_settings_that_change_no_result_rerun_nothing(run_dir, name):
+    patch = NO_RESULT_CHANGE[name]
+    assert planned_jobs(run_dir, *TARGETS, overlay={**TINY, **patch}) == set(), name
+
+
+DENSE_RULES = {"train", "encode", "encode_queries", "build_index", "retrieve", "hybrid",
+               "evaluate", "table2", "table3", "figure1", "provenance", "all"}  # fmt: skip
+TABLES = {"table2", "table3", "figure1", "provenance", "all"}
+# Setting -> (rules that must run, rules that may run); anything else planned is a bug.
+RESULT_CHANGE = {
+    "hybrid.grid": (
+        {"hybrid": {"grid": [1.0, 30.0]}},
+        {"hybrid", "evaluate", "table2"},
+        {"hybrid", "evaluate", *TABLES},
+    ),
+    "evaluate.ks": (
+        {"evaluate": {"ks": [1, 5, 20, 50, 100]}},
+        {"evaluate", "table2"},
+        {"evaluate", "hybrid", *TABLES},  # the hybrid averages ks when tuning its weight
+    ),
+    "encode.dtype": (
+        {"encode": {"shards": 2, "batch_size": 32, "dtype": "float16"}},
+        {"encode", "build_index", "retrieve", "evaluate", "table2"},
+        DENSE_RULES - {"train", "encode_queries"},
+    ),
+    "index.type": (
+        {"index": {"type": "hnsw", "hnsw": {"m": 16, "ef_construction": 40, "ef_search": 32}}},
+        {"build_index", "retrieve", "evaluate", "table2"},
+        DENSE_RULES - {"train", "encode", "encode_queries"},
+    ),
+    "encoder.max_query_len": (
+        {"encoder": {**TINY["encoder"], "max_query_len": 24}},
+        {"init_model", "train", "encode", "encode_queries", "retrieve", "evaluate", "table2"},
+        DENSE_RULES | {"init_model"},
+    ),
+    "bm25.b": (
+        {"bm25": {"k1": 0.9, "b": 0.5, "hits": 100, "java": None}},
+        {"bm25_search", "mine", "train", "evaluate", "table2"},
+        DENSE_RULES | {"bm25_search", "mine"},
+    ),
+    "mining.hard_negatives": (
+        {"mining": {**TINY["mining"], "hard_negatives": 3}},
+        {"mine", "train", "evaluate", "table2"},
+        DENSE_RULES | {"mine"},
+    ),
+    "tables.split (same data, renamed tables)": (
+        {"tables": {**TINY["tables"], "datasets": ["squad"], "single": {"squad": "squad"}}},
+        set(),
+        TABLES,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(RESULT_CHANGE))
+def test_result_changing_settings_rerun_exactly_their_steps(run_dir, name):
+    patch, required, allowed = RESULT_CHANGE[name]
+    rules = _rules(planned_jobs(run_dir, *TARGETS, overlay={**TINY, **patch}))
+    assert required <= rules, (name, sorted(rules))
+    assert rules <= allowed, (name, sorted(rules - allowed))
+
+
+# ------------------------------------------------------------------ code hashes in the real DAG
+
+
+def test_new_method_module_plans_nothing_and_dpr_edit_plans_only_dpr(run_dir, tmp_path):
+    """In a copy of this checkout run on the same results: adding a method module plans no
+    job; editing methods/dpr.py plans DPR's jobs (and the initial encoder's, which is used the
+    way DPR's is) and no job of another method; editing runs.py reruns what reads runs."""
+    from workflow_util import copy_checkout
+
+    repo = copy_checkout(tmp_path / "clone")
+    assert planned_jobs(run_dir, *TARGETS, overlay=TINY, repo=repo) == set()
+    methods = repo / "workflow" / "drpipe" / "methods"
+    (methods / "zzz_new.py").write_text(
+        "from drpipe.methods.dpr import DPR\n\n\nclass New(DPR):\n"
+        '    name = "zzz_new"\n    label = "New"\n\n\nMETHOD = New\n'
+    )
+    assert planned_jobs(run_dir, *TARGETS, overlay=TINY, repo=repo) == set()
+
+    (methods / "dpr.py").write_text((methods / "dpr.py").read_text() + "\n# edited\n")
+    jobs = planned_jobs(run_dir, *TARGETS, overlay=TINY, repo=repo)
+    outputs = {o for _, o in jobs}
+    assert "results/models/dpr/squad" in outputs
+    assert not [o for o in outputs if "/bm25/none" in o or o.startswith("results/corpus")]
+    others = [m for m in METHODS if m != "dpr"]
+    assert not [o for o in outputs for m in others if f"/{m}/" in o or f"/{m}." in o]
+
+    (methods / "dpr.py").write_text((methods / "dpr.py").read_text().replace("\n# edited\n", ""))
+    runs = repo / "workflow" / "drpipe" / "runs.py"
+    runs.write_text(runs.read_text() + "\n# edited\n")
+    rules = _rules(planned_jobs(run_dir, *TARGETS, overlay=TINY, repo=repo))
+    assert {"bm25_search", "retrieve", "evaluate", "mine"} <= rules
+    assert not rules & {"fetch", "documents", "passages", "sentences", "qa_load"}

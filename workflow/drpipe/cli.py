@@ -24,7 +24,13 @@ MODULES = [
     "drpipe.retrieve",
     "drpipe.evaluate",
     "drpipe.tables",
+    "drpipe.aopt",
+    "drpipe.aopt_tables",
+    "drpipe.dcsr_tables",
+    "drpipe.xmoco_tables",
     "drpipe.provenance",
+    "drpipe.claims",
+    "drpipe.audit",
 ]
 
 

@@ -14,7 +14,7 @@ rule bm25_index:
         "../../envs/java.yaml"
     threads: C["threads"]
     params:
-        cfg=cfg_json({"java": C["bm25"]["java"]}),
+        cfg=cfg_json({"java": C["bm25"]["java"], "fields": C["bm25"]["fields"]}),
         code=code("drpipe.bm25"),
     shell:
         "drpipe bm25 index --passages {input:q} --out {output:q} --cfg {params.cfg:q}"
@@ -43,6 +43,12 @@ rule bm25_search:
                 "b": C["bm25"]["b"],
                 "hits": bm25_depth(w.split),
                 "java": C["bm25"]["java"],
+                "fields": C["bm25"]["fields"],
+                **(
+                    {"field_weights": C["bm25"]["field_weights"]}
+                    if C["bm25"]["fields"] == "title_text"
+                    else {}
+                ),
             }
         ),
         code=code("drpipe.bm25"),

@@ -90,11 +90,16 @@ rule sentences:
     conda:
         "../../envs/cpu.yaml"
     params:
-        cfg=cfg_json(C["corpus"]["sentences"]),
+        cfg=cfg_json(
+            {k: v for k, v in C["corpus"]["sentences"].items() if k != "batch_size"}
+        ),
+        opts=runtime(
+            lambda w: options({"batch_size": C["corpus"]["sentences"]["batch_size"]})
+        ),
         code=code("drpipe.corpus.cli"),
     shell:
         "drpipe corpus sentences --passages {input:q} --out {output.sentences:q}"
-        " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
+        " --report {output.report:q} --cfg {params.cfg:q} {params.opts} 2> {log:q}"
 
 
 rule export_tsv:

@@ -5,7 +5,12 @@ rule table2:
     input:
         table2_inputs(),
     output:
-        csv="results/table2.csv",
+        csv=report(
+            "results/table2.csv",
+            caption="../report/table_csv.rst",
+            category="Tables",
+            subcategory="CSV",
+        ),
         md="results/table2.md",
     log:
         "results/logs/tables/table2.log",
@@ -31,7 +36,12 @@ rule table3:
     input:
         variant_inputs("table3"),
     output:
-        csv="results/dpr/table3.csv",
+        csv=report(
+            "results/dpr/table3.csv",
+            caption="../report/table_csv.rst",
+            category="Tables",
+            subcategory="CSV",
+        ),
         md="results/dpr/table3.md",
     log:
         "results/logs/tables/table3.log",
@@ -62,7 +72,12 @@ rule figure1:
     input:
         variant_inputs("figure1", per_question=True),
     output:
-        png="results/dpr/figure1.png",
+        png=report(
+            "results/dpr/figure1.png",
+            caption="../report/figure.rst",
+            category="Figures",
+            subcategory="Images",
+        ),
         csv="results/dpr/figure1.csv",
     log:
         "results/logs/tables/figure1.log",
@@ -105,7 +120,7 @@ rule provenance:
     conda:
         env()
     params:
-        cfg=cfg_json(C),
+        cfg=cfg_json(result_config()),
         repo=workflow.basedir,
         code=code("drpipe.provenance"),
     shell:

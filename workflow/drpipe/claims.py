@@ -1,0 +1,548 @@
+"""The papers' claims, tested with paired statistics over the same questions.
+
+Claims are data (``claims.yaml``, package data): each names the paper, the sentence it comes
+from, two systems, a top-k metric and the expected direction. ``resolve_claims`` turns the
+systems into runs of a config (a run, train set, dataset and split, i.e. one per-question file
+of ``drpipe evaluate``), or into the reason a claim cannot be tested. ``evaluate_claims`` reads the
+per-question first-hit ranks of both systems, pairs them by question and computes
+
+- the difference of top-k accuracy (percentage points), a paired bootstrap over questions
+  (``resamples`` resamples with a fixed seed per claim: percentile 95% interval and a two-sided
+  p-value from the bootstrap distribution centred on the null),
+- the exact McNemar test on the discordant questions (a hit and b miss, or the reverse),
+- a verdict: holds, reversed, not significant, or not tested (with the reason).
+
+The bootstrap draws counts of the distinct per-question differences from a multinomial, which
+is the same distribution as resampling question indices with replacement (the statistic is a
+mean of per-question values that take a handful of values) at a fraction of the memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from drpipe.cliutil import add_cfg
+from drpipe.errors import InputError
+from drpipe.io import atomic_path, read_json
+
+log = logging.getLogger(__name__)
+
+# Read at run time: part of the code hash of every rule that imports this module.
+PACKAGE_DATA = ("claims.yaml",)
+EXPECT = ("greater", "less", "not_greater")
+VERDICTS = ("holds", "reversed", "not significant", "not tested")
+NO_TRAINING = ("bm25", "init")  # runs that are not trained: train set "none"
+SYSTEM_KEYS = {"run", "method", "hybrid", "paper_row", "overrides", "key", "pick", "requires"}
+CLAIM_KEYS = {
+    "id",
+    "paper",
+    "source",
+    "sentence",
+    "scope",
+    "a",
+    "b",
+    "metric",
+    "contrast",
+    "expect",
+}
+COLUMNS = [
+    "id",
+    "paper",
+    "source",
+    "sentence",
+    "system_a",
+    "system_b",
+    "run_a",
+    "run_b",
+    "train_set_a",
+    "train_set_b",
+    "dataset",
+    "split",
+    "metric",
+    "contrast",
+    "expect",
+    "n_questions",
+    "value_a",
+    "value_b",
+    "diff",
+    "ci_low",
+    "ci_high",
+    "p_bootstrap",
+    "p_mcnemar",
+    "a_only",
+    "b_only",
+    "p_holm",
+    "verdict",
+    "reason",
+]
+
+
+# --------------------------------------------------------------------------- claims as data
+
+
+def _metric_k(value: Any, where: str) -> int:
+    text = str(value)
+    if not text.startswith("top") or not text[3:].isdigit() or int(text[3:]) < 1:
+        raise InputError(where, None, f"metric '{value}' is not top<k>")
+    return int(text[3:])
+
+
+def validate_claims(doc: Any, where: str = "drpipe/claims.yaml") -> tuple[dict, list[dict]]:
+    """(defaults, claims) of a claims document; errors name the claim and the key."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
+        raise InputError(where, None, "expected a mapping with a 'claims' list")
+    defaults = {"alpha": 0.05, "resamples": 10000, "seed": 0, **(doc.get("defaults") or {})}
+    if not 0 < float(defaults["alpha"]) < 1 or int(defaults["resamples"]) < 100:
+        raise InputError(where, "defaults", "alpha must lie in (0, 1) and resamples be >= 100")
+    seen = set()
+    for i, claim in enumerate(doc["claims"]):
+        cid = claim.get("id", f"#{i + 1}") if isinstance(claim, dict) else f"#{i + 1}"
+        at = f"claim {cid}"
+        if not isinstance(claim, dict):
+            raise InputError(where, at, "a claim must be a mapping")
+        unknown = set(claim) - CLAIM_KEYS
+        if unknown:
+            raise InputError(where, at, f"unknown keys {sorted(unknown)}")
+        for key in ("id", "paper", "source", "sentence", "a", "b", "metric", "expect"):
+            if not claim.get(key):
+                raise InputError(where, at, f"missing '{key}'")
+        if cid in seen:
+            raise InputError(where, at, "duplicate id")
+        seen.add(cid)
+        if claim["expect"] not in EXPECT:
+            raise InputError(where, at, f"expect '{claim['expect']}' is not one of {EXPECT}")
+        _metric_k(claim["metric"], where)
+        if claim.get("contrast") is not None:
+            _metric_k(claim["contrast"], where)
+        for side in ("a", "b"):
+            spec = claim[side]
+            if not isinstance(spec, dict) or not ({"run", "method"} & set(spec)):
+                raise InputError(where, f"{at}.{side}", "a system needs 'run' or 'method'")
+            if set(spec) - SYSTEM_KEYS:
+                raise InputError(
+                    where, f"{at}.{side}", f"unknown keys {sorted(set(spec) - SYSTEM_KEYS)}"
+                )
+            if ("key" in spec) != ("pick" in spec) or spec.get("pick", "max") not in ("max", "min"):
+                raise InputError(where, f"{at}.{side}", "'key' and 'pick' (max|min) go together")
+        scope = claim.get("scope") or {}
+        if not scope.get("dataset") and not scope.get("config"):
+            raise InputError(where, f"{at}.scope", "needs 'dataset' or 'config'")
+    return defaults, doc["claims"]
+
+
+def load_claims() -> tuple[dict, list[dict]]:
+    """The claims declared in the package's ``claims.yaml``."""
+    text = resources.files("drpipe").joinpath("claims.yaml").read_text(encoding="utf-8")
+    return validate_claims(yaml.safe_load(text))
+
+
+# --------------------------------------------------------------------------- systems -> runs
+
+
+def _dig(config: dict, dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def resolve_scope(scope: dict, config: dict) -> tuple[dict, str]:
+    """(dataset, split, train_set and, when the table's config block lists them, its variants
+    and its ``rows`` {run: paper row}) a claim is evaluated on, and a note on where they came
+    from. A block with ``datasets`` uses the claim's dataset when listed, else the first."""
+    tables = config.get("tables") or {}
+    block_name = scope.get("config")
+    block = _dig(config, block_name) if block_name else None
+    if isinstance(block, dict) and isinstance(block.get("datasets"), list) and block["datasets"]:
+        listed = block["datasets"]
+        block = {
+            **block,
+            "dataset": scope["dataset"] if scope.get("dataset") in listed else listed[0],
+        }
+    if isinstance(block, dict) and block.get("dataset"):
+        dataset = block["dataset"]
+        split = block.get("split") or tables.get("split")
+        train_set = block.get("train_set") or (tables.get("single") or {}).get(dataset)
+        out = {"dataset": dataset, "split": split, "train_set": train_set}
+        if isinstance(block.get("variants"), list):
+            out["variants"] = list(block["variants"])
+        if isinstance(block.get("rows"), dict):  # run -> the paper's row label
+            out["rows"] = dict(block["rows"])
+        return out, ""
+    dataset = scope.get("dataset")
+    note = ""
+    if block_name:
+        note = (
+            f"config has no {block_name} block: evaluated in the Table 2 setting "
+            f"({dataset}/{tables.get('split')})"
+        )
+    train_set = (tables.get("single") or {}).get(dataset)
+    return {"dataset": dataset, "split": tables.get("split"), "train_set": train_set}, note
+
+
+def _registry() -> tuple[list[str], Any]:
+    from drpipe.methods import method_class, method_names
+
+    return method_names(), method_class
+
+
+def _method_value(config: dict, method: str, key: str) -> Any:
+    block = (config.get("methods") or {}).get(method) or {}
+    if key in block:
+        return block[key]
+    return (config.get("encoder") or {}).get(key)
+
+
+def _fill(template: str, config: dict) -> tuple[str, str]:
+    """A run name with ``{dotted.config.key}`` placeholders filled from the config."""
+    missing = ""
+
+    def value(m: re.Match) -> str:
+        nonlocal missing
+        found = _dig(config, m.group(1))
+        if found is None and not missing:
+            missing = m.group(1)
+        return str(found)
+
+    return re.sub(r"\{([A-Za-z0-9_.]+)\}", value, template), missing
+
+
+def resolve_system(spec: dict, config: dict, scope: dict) -> tuple[dict | None, str]:
+    """The run a system spec names under ``config``, or (None, the reason it has none)."""
+    for dotted, want in (spec.get("requires") or {}).items():
+        have = _dig(config, dotted)
+        if have is None or (want not in have if isinstance(have, list) else have != want):
+            return (
+                None,
+                f"config {dotted} is {json.dumps(have)}, the claim needs {json.dumps(want)}",
+            )
+    if "run" in spec:
+        run, missing = _fill(str(spec["run"]), config)
+        if missing:
+            return None, f"config has no {missing} (run name {spec['run']})"
+        train_set = "none" if run in NO_TRAINING else scope["train_set"]
+        if train_set is None:
+            return None, f"no Single train set for {scope['dataset']} (tables.single)"
+        return {"run": run, "train_set": train_set, "label": run}, ""
+    method = str(spec["method"])
+    names, method_class = _registry()
+    if method not in names:
+        return None, f"method '{method}' is not registered (no drpipe/methods/{method}.py)"
+    if scope["train_set"] is None:
+        return None, f"no train set for {scope['dataset']} in the claim's scope (tables.single)"
+    out = {"train_set": scope["train_set"]}
+    variants = ((config.get("methods") or {}).get(method) or {}).get("variants") or {}
+    if "paper_row" in spec:
+        by_table = [
+            run
+            for run, row in (scope.get("rows") or {}).items()
+            if row == spec["paper_row"] and (run == method or run.startswith(method + "."))
+        ]
+        if len(by_table) == 1 and not spec.get("overrides"):
+            return {**out, "run": by_table[0], "label": by_table[0]}, ""
+        want = spec.get("overrides") or {}
+        found = [
+            name
+            for name, v in variants.items()
+            if v.get("paper_row") == spec["paper_row"]
+            and all((v.get("overrides") or {}).get(k) == val for k, val in want.items())
+        ]
+        extra = f" and overrides {want}" if want else ""
+        if len(found) != 1:
+            what = "no variant" if not found else f"several variants ({', '.join(found)})"
+            return None, (
+                f"{what} of methods.{method}.variants has paper_row '{spec['paper_row']}'{extra}"
+            )
+        return {**out, "run": f"{method}.{found[0]}", "label": f"{method}.{found[0]}"}, ""
+    if "key" in spec:
+        key = spec["key"]
+        base = _method_value(config, method, key)
+        listed = scope.get("variants")
+        options = [(base, method)]
+        for name, v in variants.items():
+            overrides = v.get("overrides") or {}
+            # The table's own variants when its config block lists them; otherwise the
+            # variants that change only `key`.
+            chosen = name in listed if listed is not None else set(overrides) == {key}
+            if chosen:
+                options.append((overrides.get(key, base), f"{method}.{name}"))
+        options = [o for o in options if isinstance(o[0], (int, float))]
+        if len({o[0] for o in options}) < 2:
+            return None, (
+                f"method '{method}' has no variants that change '{key}' "
+                f"(need two values of methods.{method}.{key} to compare)"
+            )
+        value, run = (max if spec["pick"] == "max" else min)(options, key=lambda o: o[0])
+        return {**out, "run": run, "label": f"{run} ({key}={value})"}, ""
+    if spec.get("hybrid"):
+        if not (config.get("hybrid") or {}).get("enabled", False):
+            return None, "the BM25 hybrid is disabled (hybrid.enabled: false)"
+        if not method_class(method).hybrid:
+            return None, f"method '{method}' has no BM25 hybrid"
+        return {**out, "run": f"{method}+bm25", "label": f"BM25+{method}"}, ""
+    return {**out, "run": method, "label": method}, ""
+
+
+def per_question_file(results: str | Path, system: dict, scope: dict) -> Path:
+    """Where ``drpipe evaluate`` writes a system's per-question first-hit ranks."""
+    name = f"{scope['dataset']}-{scope['split']}.per_question.parquet"
+    return Path(results) / "metrics" / system["run"] / system["train_set"] / name
+
+
+def resolve_claims(config: dict, claims: Sequence[dict] | None = None) -> list[dict]:
+    """Every claim with its scope and both systems resolved, or the reason it cannot be."""
+    if claims is None:
+        claims = load_claims()[1]
+    out = []
+    for claim in claims:
+        scope, note = resolve_scope(claim.get("scope") or {}, config)
+        entry: dict[str, Any] = {"id": claim["id"], "scope": scope, "note": note, "reason": ""}
+        for side in ("a", "b"):
+            system, why = resolve_system(claim[side], config, scope)
+            entry[side] = system
+            if system is None and not entry["reason"]:
+                entry["reason"] = f"system {side}: {why}"
+        out.append(entry)
+    return out
+
+
+def claim_inputs(resolved: Iterable[dict], results: str = "results") -> list[str]:
+    """Per-question files of every claim whose two systems the config defines (rule inputs)."""
+    files = []
+    for entry in resolved:
+        if entry["a"] and entry["b"]:
+            for side in ("a", "b"):
+                files.append(str(per_question_file(results, entry[side], entry["scope"])))
+    return sorted(set(files))
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def paired_bootstrap(
+    values: np.ndarray, resamples: int = 10000, seed: int = 0, level: float = 0.95
+) -> dict[str, float]:
+    """Paired bootstrap of the mean of per-question differences ``values``.
+
+    Returns the observed mean, the percentile interval at ``level`` and a two-sided p-value:
+    the share of resampled means at least as far from the observed mean as the observed mean is
+    from zero (the bootstrap distribution shifted to the null), counted as (1 + hits) / (B + 1).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    n = values.size
+    if n == 0:
+        raise ValueError("no paired questions")
+    observed = float(values.mean())
+    levels, counts = np.unique(values, return_counts=True)
+    rng = np.random.default_rng(seed)
+    draws = rng.multinomial(n, counts / n, size=resamples)
+    means = draws @ levels / n
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(means, [tail, 1.0 - tail])
+    # A tiny slack keeps exact ties (e.g. the observed mean itself) counted on both platforms.
+    extreme = np.abs(means - observed) >= abs(observed) - 1e-12
+    p = (1.0 + float(extreme.sum())) / (resamples + 1.0)
+    return {"mean": observed, "ci_low": float(low), "ci_high": float(high), "p": min(1.0, p)}
+
+
+def mcnemar_exact(a_only: int, b_only: int) -> float:
+    """Two-sided exact McNemar p-value: a binomial test of the discordant pairs at 1/2."""
+    n = a_only + b_only
+    if n == 0:
+        return 1.0
+    k = min(a_only, b_only)
+    tail = sum(math.comb(n, i) for i in range(k + 1))
+    return min(1.0, 2 * tail / 2**n)
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (same order as given)."""
+    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
+    adjusted = [0.0] * len(pvalues)
+    running = 0.0
+    m = len(pvalues)
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def verdict(expect: str, diff: float, p: float, alpha: float) -> str:
+    """holds / reversed / not significant for an expected direction of ``a - b``."""
+    significant = p < alpha
+    if expect == "greater":
+        sign = 1
+    elif expect == "less":
+        sign = -1
+    else:  # not_greater: the claim is that a does not beat b
+        return "reversed" if significant and diff > 0 else "holds"
+    if not significant or diff == 0:
+        return "not significant"
+    return "holds" if sign * diff > 0 else "reversed"
+
+
+def claim_seed(seed: int, claim_id: str) -> int:
+    """A seed per claim: adding or reordering claims leaves the others' p-values unchanged."""
+    digest = hashlib.sha256(f"{seed}:{claim_id}".encode()).hexdigest()
+    return int(digest[:12], 16)
+
+
+# --------------------------------------------------------------------------- testing claims
+
+
+def read_ranks(path: Path) -> pd.Series:
+    """First-hit rank per qid (NaN: no hit in the run) from a per-question file."""
+    frame = pd.read_parquet(path, columns=["qid", "first_hit_rank"])
+    if frame["qid"].duplicated().any():
+        raise InputError(path, None, "duplicate qid")
+    return frame.set_index("qid")["first_hit_rank"].astype("float64")
+
+
+def _hits(ranks: np.ndarray, k: int) -> np.ndarray:
+    return np.nan_to_num(ranks, nan=np.inf) <= k
+
+
+def evaluate_claim(claim: dict, entry: dict, results: str | Path, defaults: dict) -> dict[str, Any]:
+    """One row of the claims table (statistics, or the reason the claim is not tested)."""
+    scope = entry["scope"]
+    row: dict[str, Any] = {
+        "id": claim["id"],
+        "paper": claim["paper"],
+        "source": claim["source"],
+        "sentence": claim["sentence"],
+        "system_a": (entry["a"] or {}).get("label", json.dumps(claim["a"], sort_keys=True)),
+        "system_b": (entry["b"] or {}).get("label", json.dumps(claim["b"], sort_keys=True)),
+        "run_a": (entry["a"] or {}).get("run", ""),
+        "run_b": (entry["b"] or {}).get("run", ""),
+        "train_set_a": (entry["a"] or {}).get("train_set", ""),
+        "train_set_b": (entry["b"] or {}).get("train_set", ""),
+        "dataset": scope.get("dataset"),
+        "split": scope.get("split"),
+        "metric": claim["metric"],
+        "contrast": claim.get("contrast") or "",
+        "expect": claim["expect"],
+        "verdict": "not tested",
+        "reason": entry["reason"],
+    }
+    if entry["reason"]:
+        return row
+    files = [per_question_file(results, entry[s], scope) for s in ("a", "b")]
+    missing = [os.path.relpath(f, Path(results).parent) for f in files if not f.is_file()]
+    if missing:
+        row["reason"] = (
+            f"not in the results: {', '.join(missing)} (snakemake results/claims.csv builds them)"
+        )
+        return row
+    ra, rb = (read_ranks(f) for f in files)
+    common = ra.index.intersection(rb.index)
+    notes = [entry["note"]] if entry["note"] else []
+    if len(common) < max(len(ra), len(rb)):
+        notes.append(f"{len(common)} questions in both runs ({len(ra)} and {len(rb)} in each)")
+    if len(common) == 0:
+        row["reason"] = "the two runs share no question"
+        return row
+    a = ra.loc[common].to_numpy()
+    b = rb.loc[common].to_numpy()
+    k = _metric_k(claim["metric"], "claims")
+    ha, hb = _hits(a, k), _hits(b, k)
+    values = ha.astype(np.int8) - hb.astype(np.int8)
+    if claim.get("contrast"):
+        k2 = _metric_k(claim["contrast"], "claims")
+        values = values - (_hits(a, k2).astype(np.int8) - _hits(b, k2).astype(np.int8))
+        notes.append(f"diff = (a - b) at {claim['metric']} minus (a - b) at {claim['contrast']}")
+    boot = paired_bootstrap(
+        values, int(defaults["resamples"]), claim_seed(int(defaults["seed"]), claim["id"])
+    )
+    row.update(
+        {
+            "n_questions": len(common),
+            "value_a": round(100.0 * ha.mean(), 2),
+            "value_b": round(100.0 * hb.mean(), 2),
+            "diff": round(100.0 * boot["mean"], 2),
+            "ci_low": round(100.0 * boot["ci_low"], 2),
+            "ci_high": round(100.0 * boot["ci_high"], 2),
+            "p_bootstrap": boot["p"],
+            "verdict": verdict(claim["expect"], boot["mean"], boot["p"], float(defaults["alpha"])),
+            "reason": "; ".join(notes),
+        }
+    )
+    if not claim.get("contrast"):
+        a_only, b_only = int((ha & ~hb).sum()), int((~ha & hb).sum())
+        row.update({"a_only": a_only, "b_only": b_only, "p_mcnemar": mcnemar_exact(a_only, b_only)})
+    return row
+
+
+def evaluate_claims(
+    resolved: Sequence[dict],
+    results: str | Path,
+    claims: Sequence[dict] | None = None,
+    defaults: dict | None = None,
+) -> pd.DataFrame:
+    """The claims table: one row per declared claim, tested or with its reason."""
+    if claims is None or defaults is None:
+        defaults, claims = load_claims()
+    by_id = {e["id"]: e for e in resolved}
+    rows = []
+    for claim in claims:
+        entry = by_id.get(claim["id"])
+        if entry is None:
+            entry = {"scope": {}, "a": None, "b": None, "note": "", "reason": "not resolved"}
+        rows.append(evaluate_claim(claim, entry, results, defaults))
+    frame = pd.DataFrame.from_records(rows, columns=COLUMNS)
+    tested = frame["p_bootstrap"].notna()
+    if tested.any():
+        frame.loc[tested, "p_holm"] = holm(frame.loc[tested, "p_bootstrap"].tolist())
+    for col in ("n_questions", "a_only", "b_only"):
+        frame[col] = frame[col].astype("Int64")
+    return frame
+
+
+def write_claims(frame: pd.DataFrame, path: str | Path) -> None:
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False, float_format="%.6g")
+
+
+def recorded_config(results: str | Path) -> dict:
+    """The config a results folder was made with (its provenance record)."""
+    path = Path(results) / "provenance.json"
+    if not path.is_file():
+        raise InputError(path, None, "no provenance record: run the workflow's `all` target")
+    return read_json(path)["config"]
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    defaults, claims = load_claims()
+    cfg = args.cfg
+    if "resolved" in cfg:
+        resolved = cfg["resolved"]
+    else:
+        resolved = resolve_claims(recorded_config(args.results), claims)
+    frame = evaluate_claims(resolved, args.results, claims, defaults)
+    write_claims(frame, args.out)
+    counts = frame["verdict"].value_counts().to_dict()
+    log.info("claims: %s -> %s", ", ".join(f"{v} {k}" for k, v in counts.items()), args.out)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("claims", help="test the papers' claims with paired statistics")
+    p.add_argument("--results", default="results", help="results folder (metrics/ under it)")
+    p.add_argument("--out", required=True, help="claims CSV to write")
+    add_cfg(p)  # {"resolved": [...]} from the rule; without it, the recorded config is used
+    p.set_defaults(func=_cmd)

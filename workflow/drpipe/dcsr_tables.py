@@ -1,0 +1,531 @@
+"""DCSR's tables and Figure 4 (Wu et al., ACL 2022), each reproduced number beside the printed one.
+
+Every table is one comparison (``comparison``): a list of *cells*, one per metrics file (same
+order), each naming the run it expects and the paper cell it is compared with (table, setting,
+row, dataset, split of ``paper_numbers/dcsr.csv``). A cell may name another row (``delta_of``)
+to report the difference between two of our rows beside the difference the paper printed
+(Table 2's "(+x)", Table 7's "Delta", Table 6's "diff", which is in-domain minus transfer). The
+Snakemake rules (``workflow/rules/dcsr.smk``) build the cells from the config; nothing here
+invents a row. Where our dataset is not in the paper's table (Table 5 has NQ and TriviaQA, our
+small scales have SQuAD), a cell may name ``paper_dataset`` and the row says which question
+set each side was measured on, so the difference shows direction, not agreement.
+
+Also here: ``figure4`` (validation accuracy per epoch, from training reports), ``vectors``
+(DCSR's ``k``: vectors per passage of our corpus), and the generic ``subset-corpus`` command
+that cuts a corpus subset for Table 7 (any method can be evaluated on a subset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from drpipe.cliutil import add_cfg, need
+from drpipe.io import atomic_path, read_json, write_json
+from drpipe.paper_numbers import load_paper_numbers
+from drpipe.tables import (
+    KS,
+    REPRODUCED,
+    _citation,
+    _diff,
+    _md_table,
+    _r2,
+    read_metrics,
+    write_csv,
+    write_text,
+)
+
+log = logging.getLogger(__name__)
+
+PAPER = "Wu et al. 2022 (DCSR)"
+TITLES = {
+    "2": "Table 2: retriever comparison on the test sets (DPR and DCSR trained identically)",
+    "3": "Table 3: with adversarial training (hard negatives mined by the trained model)",
+    "4": "Table 4: negative sampling ablation (Single setting)",
+    "5": "Table 5: training data ablation (raw-data, DPR-hard, DCSR-hard negatives)",
+    "6": "Table 6: transfer to TriviaQA (trained on SQuAD or NQ; in-domain for reference)",
+    "7": "Table 7: corpus size (the same checkpoints on subsets of the corpus)",
+    "8": "Table 8: SQuAD test and dev (Appendix B)",
+}
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+def _paper_cell(numbers: pd.DataFrame, table: str, cell: dict, metric: str) -> float | None:
+    """The printed value of a cell's paper coordinates, or None (not printed / no paper row)."""
+    paper = cell.get("paper")
+    if not paper:
+        return None
+    sel = (
+        (numbers["table"] == table)
+        & (numbers["setting"] == paper["setting"])
+        & (numbers["method"] == paper["method"])
+        & (numbers["dataset"] == paper["dataset"])
+        & (numbers["split"] == paper["split"])
+        & (numbers["metric"] == metric)
+    )
+    hits = numbers.loc[sel, "value"]
+    if len(hits) > 1:
+        raise ValueError(f"several paper values for table {table} {paper} {metric}")
+    return None if hits.empty else float(hits.iloc[0])
+
+
+def _check_cell(cell: dict, metric: dict, where: str) -> None:
+    for key, field in (("run", "method"), ("train_set", "train_set"), ("dataset", "dataset"),
+                       ("split", "split")):  # fmt: skip
+        if cell.get(key) is not None and cell[key] != metric.get(field):
+            raise ValueError(
+                f"{where}: metrics are of {field} {metric.get(field)!r}, the cell expects "
+                f"{cell[key]!r}"
+            )
+
+
+def comparison(
+    metrics: Sequence[dict], cells: Sequence[dict], scale: str, table: str, ks=KS
+) -> pd.DataFrame:
+    """One row per cell: ours at each k beside the paper's value and the difference.
+
+    A cell: ``group`` (e.g. Single, a corpus size), ``row`` (our row label), ``run``,
+    ``train_set``, ``dataset``, ``split`` (checked against the metrics), optional ``subset``,
+    ``paper`` ({setting, method, dataset, split} or null; ``paper_suffix`` picks a variant of
+    the metric, e.g. Table 6's ``_in_domain``), optional ``delta_of`` (another ``row`` of the
+    same group and dataset: ours minus it, beside the paper's printed difference, whose
+    metric suffix is ``paper_delta`` ("delta" or "drop"; "drop" is printed as other minus
+    row), or else the difference of the two printed values).
+    """
+    if len(metrics) != len(cells):
+        raise ValueError(f"{len(metrics)} metrics files for {len(cells)} cells")
+    numbers = load_paper_numbers("dcsr")
+    records: list[dict[str, Any]] = []
+    seen: set[tuple] = set()
+    for i, (m, cell) in enumerate(zip(metrics, cells, strict=True)):
+        _check_cell(cell, m, f"cell {i} ({cell.get('row')})")
+        key = (cell.get("group", ""), cell["row"], m["dataset"], m["split"])
+        if key in seen:
+            raise ValueError(f"two metrics for the cell {key}")
+        seen.add(key)
+        paper = cell.get("paper") or {}
+        rec: dict[str, Any] = {
+            "scale": scale,
+            "group": cell.get("group", ""),
+            "row": cell["row"],
+            "run": m["method"],
+            "train_set": m["train_set"] or "",
+            "subset": cell.get("subset") or "",
+            "dataset": m["dataset"],
+            "split": m["split"],
+            "n_questions": m["n_questions"],
+            "paper_setting": paper.get("setting", ""),
+            "paper_row": paper.get("method", ""),
+            "paper_dataset": paper.get("dataset", ""),
+            "paper_split": paper.get("split", ""),
+        }
+        any_paper = False
+        suffix = cell.get("paper_suffix", "")
+        for k in ks:
+            ours = float(m["top_k"][str(k)])
+            theirs = _paper_cell(numbers, table, cell, f"top{k}{suffix}")
+            any_paper |= theirs is not None
+            rec[f"top{k}"] = _r2(ours)
+            rec[f"top{k}_paper"] = theirs
+            rec[f"top{k}_diff"] = _diff(ours, theirs)
+        same_question_set = paper.get("dataset") == m["dataset"]
+        rec["source"] = REPRODUCED + (
+            f" | paper: {PAPER}, Table {table}"
+            + ("" if same_question_set else f" (measured on {paper.get('dataset')}, not ours)")
+            if any_paper
+            else ""
+        )
+        rec["_cell"] = cell
+        records.append(rec)
+
+    # Differences between two of our rows, beside the paper's printed difference.
+    by_key = {(r["group"], r["row"], r["dataset"]): r for r in records}
+    for rec in records:
+        cell = rec.pop("_cell")
+        other = cell.get("delta_of")
+        for k in ks:
+            rec[f"top{k}_delta"] = rec[f"top{k}_delta_paper"] = None
+        if not other:
+            continue
+        base = by_key.get((rec["group"], other, rec["dataset"]))
+        if base is None:
+            raise ValueError(f"row {rec['row']!r}: delta_of {other!r} has no cell in its group")
+        suffix = cell.get("paper_delta", "delta")
+        for k in ks:
+            rec[f"top{k}_delta"] = _r2(rec[f"top{k}"] - base[f"top{k}"])
+            printed = _paper_cell(numbers, table, cell, f"top{k}_{suffix}")
+            if printed is not None and suffix == "drop":
+                printed = -printed
+            if printed is None and None not in (rec[f"top{k}_paper"], base[f"top{k}_paper"]):
+                # Not printed: the difference of the two printed values.
+                printed = _r2(rec[f"top{k}_paper"] - base[f"top{k}_paper"])
+            rec[f"top{k}_delta_paper"] = printed
+    columns = [
+        "scale", "group", "row", "run", "train_set", "subset", "dataset", "split",
+        "n_questions", "paper_setting", "paper_row", "paper_dataset", "paper_split",
+    ]  # fmt: skip
+    for k in ks:
+        columns += [f"top{k}", f"top{k}_paper", f"top{k}_diff"]
+    for k in ks:
+        columns += [f"top{k}_delta", f"top{k}_delta_paper"]
+    columns.append("source")
+    frame = pd.DataFrame.from_records(records, columns=columns)
+    frame["n_questions"] = frame["n_questions"].astype("Int64")
+    for c in columns:
+        if c.startswith("top"):
+            frame[c] = frame[c].astype(float)
+    return frame
+
+
+def paper_only_rows(rows: Sequence[dict], scale: str, table: str, ks=KS) -> pd.DataFrame:
+    """Rows the paper printed that we have no run for (ours empty), e.g. Table 8's SQuAD dev."""
+    numbers = load_paper_numbers("dcsr")
+    out = []
+    for r in rows:
+        cell = {"paper": {"setting": r["setting"], "method": r["row"], "dataset": r["dataset"],
+                          "split": r["split"]}}  # fmt: skip
+        rec = {"scale": scale, "group": r["group"], "row": r["row"], "run": "", "train_set": "",
+               "subset": "", "dataset": "", "split": "", "n_questions": pd.NA,
+               "paper_setting": r["setting"], "paper_row": r["row"],
+               "paper_dataset": r["dataset"], "paper_split": r["split"]}  # fmt: skip
+        for k in ks:
+            rec[f"top{k}"] = None
+            rec[f"top{k}_paper"] = _paper_cell(numbers, table, cell, f"top{k}")
+            rec[f"top{k}_diff"] = None
+            rec[f"top{k}_delta"] = rec[f"top{k}_delta_paper"] = None
+        rec["source"] = f"paper: {PAPER}, Table {table} (no run of ours)"
+        out.append(rec)
+    return pd.DataFrame.from_records(out)
+
+
+def comparison_markdown(frame: pd.DataFrame, scale: str, table: str, ks=KS, note: str = "") -> str:
+    with_paper = [k for k in ks if frame[f"top{k}_paper"].notna().any()]
+    with_delta = [k for k in ks if frame[f"top{k}_delta"].notna().any()]
+    headers = ["Group", "Row", "Paper row", "Ours on (dataset/split, n)", "Paper on"]
+    for k in ks:
+        headers += [f"Top-{k} ours"] + ([f"Top-{k} paper", "diff"] if k in with_paper else [])
+    headers += [f"Δ Top-{k} ours / paper" for k in with_delta]
+    rows = []
+    for _, r in frame.iterrows():
+        where = f"{r['dataset']}/{r['split']}" + (f" @ {r['subset']}" if r["subset"] else "")
+        ours_on = f"{where}, n={r['n_questions']}" if r["run"] else "(no run of ours)"
+        row = [r["group"], r["row"], r["paper_row"], ours_on,
+               f"{r['paper_dataset']}/{r['paper_split']}" if r["paper_dataset"] else ""]  # fmt: skip
+        for k in ks:
+            row.append(r[f"top{k}"])
+            if k in with_paper:
+                row += [r[f"top{k}_paper"], r[f"top{k}_diff"]]
+        for k in with_delta:
+            a, b = r[f"top{k}_delta"], r[f"top{k}_delta_paper"]
+            row.append("" if pd.isna(a) else f"{a:+.2f} / " + ("" if pd.isna(b) else f"{b:+.1f}"))
+        rows.append(row)
+    head = [
+        f"# DCSR {TITLES.get(table, 'Table ' + table)}, scale `{scale}`",
+        "",
+        "Ours = computed by this pipeline; paper = printed in the DCSR paper (diff = ours - "
+        "paper). Where the paper measured another dataset or a corpus of another size, the "
+        "columns say so and the difference shows direction only.",
+        *([note] if note else []),
+        "",
+        f"Source: {_citation('dcsr')}.",
+        "",
+        "",
+    ]
+    return "\n".join(head) + _md_table(headers, rows) + "\n"
+
+
+# --------------------------------------------------------------------------- Figure 4
+
+
+def figure4_curves(reports: Sequence[dict], labels: Sequence[str]) -> pd.DataFrame:
+    """Validation accuracy per epoch of each training report (its ``val_curve``)."""
+    if len(reports) != len(labels):
+        raise ValueError(f"{len(reports)} reports but {len(labels)} labels")
+    rows = []
+    for rep, label in zip(reports, labels, strict=True):
+        curve = rep.get("val_curve") or []
+        if not curve:
+            raise ValueError(f"{label}: the training report has no validation curve")
+        for e in curve:
+            rows.append(
+                {
+                    "label": label,
+                    "method": rep.get("method", ""),
+                    "epoch": int(e["epoch"]) + 1,
+                    "accuracy": 100.0 * float(e["accuracy"]),
+                    "avg_rank": float(e["avg_rank"]),
+                    "loss": float(e["loss"]),
+                    "n_questions": int(e["n_questions"]),
+                    "val_batch_size": rep["cfg"].get("val_batch_size") or rep["cfg"]["batch_size"],
+                }
+            )
+    return pd.DataFrame.from_records(rows)
+
+
+def plot_figure4(curves: pd.DataFrame, out_png: str | Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.0, 3.8), dpi=120)
+    for label, c in curves.groupby("label", sort=False):
+        ax.plot(c["epoch"], c["accuracy"], marker="o", label=label)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("validation accuracy (%)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(out_png) as tmp:
+        fig.savefig(tmp, format="png", metadata={"Software": None})
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- k
+
+
+def vectors_per_passage(
+    n_passages: int, sentences_report: dict, retrieve_report: dict, model_meta: dict
+) -> pd.DataFrame:
+    """DCSR's k for our corpus: sentences and index vectors per passage, and the search depth."""
+    n_vectors = int(retrieve_report["n_index"])
+    n_sent = int(sentences_report["sentences"])
+    k_model = model_meta.get("method", {}).get("cfg", {}).get("sentences_per_passage")
+    return pd.DataFrame.from_records(
+        [
+            {
+                "passages": n_passages,
+                "sentences": n_sent,
+                "splitter": sentences_report.get("splitter"),
+                "sentences_per_passage": round(n_sent / n_passages, 4),
+                "index_vectors": n_vectors,
+                "vectors_per_passage": round(n_vectors / n_passages, 4),
+                "sentences_without_vector": n_sent - n_vectors,
+                "k_for_search_depth": k_model,
+                "search_depth": retrieve_report.get("search_depth"),
+                "top_k": retrieve_report.get("top_k"),
+                "paper_k": None,
+                "note": "the paper defines k (3.3) but prints no value; sentences without "
+                "a vector lost their marker to max_passage_len",
+            }
+        ]
+    )
+
+
+# --------------------------------------------------------------------------- corpus subsets
+
+SUBSET_RE = re.compile(
+    r"^(?:p(?P<pct>\d+(?:\.\d+)?)|n(?P<n>\d+))"
+    r"(?:-gold-(?P<dataset>[A-Za-z0-9_]+)-(?P<split>[A-Za-z0-9_]+))?$"
+)
+
+
+def parse_subset(name: str) -> dict[str, Any]:
+    """``p10`` (10% of the passages), ``n100000`` (that many), optionally ``-gold-D-S`` (the
+    gold passages of dataset D, split S, always kept)."""
+    m = SUBSET_RE.match(name)
+    if not m:
+        raise ValueError(
+            f"subset {name!r}: expected p<percent> or n<count>[-gold-<dataset>-<split>]"
+        )
+    pct = float(m["pct"]) if m["pct"] else None
+    if pct is not None and not 0 < pct <= 100:
+        raise ValueError(f"subset {name!r}: percent must be in (0, 100]")
+    return {"percent": pct, "count": int(m["n"]) if m["n"] else None,
+            "dataset": m["dataset"], "split": m["split"]}  # fmt: skip
+
+
+def subset_pids(pids: np.ndarray, spec: dict[str, Any], gold: set[int]) -> np.ndarray:
+    """Which passages a subset keeps, in corpus order: every gold passage, then the first
+    other passages (DCSR 5.2: "the first 0.1 million, the first 1.05 million") up to the
+    target size. A target below the gold count keeps the gold passages alone."""
+    n = len(pids)
+    target = spec["count"] if spec["count"] is not None else round(spec["percent"] / 100 * n)
+    target = min(int(target), n)
+    is_gold = np.isin(pids, np.fromiter(gold, np.int64, len(gold)))
+    room = max(target - int(is_gold.sum()), 0)
+    fill = np.flatnonzero(~is_gold)[:room]
+    keep = is_gold.copy()
+    keep[fill] = True
+    return pids[keep]
+
+
+def corpus_subset(
+    name: str,
+    passages: str | Path,
+    sentences: str | Path,
+    out_passages: str | Path,
+    out_sentences: str | Path,
+    questions: str | Path | None = None,
+) -> dict[str, Any]:
+    """Write the passages and sentences of subset ``name``; pids are kept, so runs on the
+    subset evaluate with the same answer checks. Returns the report."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from drpipe.corpus.passages import PASSAGE_SCHEMA
+    from drpipe.corpus.sentences import SENTENCE_SCHEMA
+    from drpipe.io import ParquetStreamWriter, iter_parquet
+    from drpipe.qa.mining import gold_passages
+
+    spec = parse_subset(name)
+    if spec["dataset"] and questions is None:
+        raise SystemExit(f"error: subset {name} keeps gold passages: give --questions")
+    pids = pq.read_table(passages, columns=["pid"]).column(0).to_numpy()
+    gold: set[int] = set()
+    gold_report: dict[str, Any] = {}
+    if spec["dataset"]:
+        by_qid, gold_report = gold_passages(questions, passages)
+        gold = set(by_qid.values())
+    keep = subset_pids(pids, spec, gold)
+    keep_arr = pa.array(keep, type=pa.int64())
+    for src, dst, schema in ((passages, out_passages, PASSAGE_SCHEMA),
+                             (sentences, out_sentences, SENTENCE_SCHEMA)):  # fmt: skip
+        with ParquetStreamWriter(dst, schema) as writer:
+            for batch in iter_parquet(src, columns=schema.names, batch_size=50_000):
+                part = batch.filter(pc.is_in(batch.column(0), value_set=keep_arr))
+                writer.write_rows(part.to_pydict())
+    return {
+        "subset": name,
+        "spec": spec,
+        "passages_in_corpus": int(len(pids)),
+        "passages_kept": int(len(keep)),
+        "fraction_kept": round(len(keep) / max(len(pids), 1), 4),
+        "gold_passages": len(gold),
+        "gold": gold_report,
+        "rule": "gold passages of the named questions, then the first passages in corpus "
+        "order up to the target (DCSR took the first N passages)",
+    }
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    cfg = args.cfg
+    scale, table, cells = need(cfg, "scale"), str(need(cfg, "table")), need(cfg, "cells")
+    frame = comparison(read_metrics(args.metrics), cells, scale, table)
+    if cfg.get("paper_only"):
+        extra = paper_only_rows(cfg["paper_only"], scale, table)
+        frame = pd.concat([frame, extra.astype(frame.dtypes.to_dict())], ignore_index=True)
+    write_csv(frame, args.out)
+    if args.md:
+        write_text(comparison_markdown(frame, scale, table, note=cfg.get("note", "")), args.md)
+    log.info("dcsr table %s: %d rows -> %s", table, len(frame), args.out)
+    return 0
+
+
+def _cmd_figure4(args: argparse.Namespace) -> int:
+    cfg = args.cfg
+    scale = need(cfg, "scale")
+    reports = [read_json(p) for p in args.reports]
+    curves = figure4_curves(reports, args.labels)
+    title = cfg.get("title") or (
+        f"DCSR Figure 4 reproduced (scale {scale}): validation accuracy, "
+        f"{cfg.get('dataset', '')} training set"
+    )
+    plot_figure4(curves, args.out, title)
+    curves = curves.assign(
+        scale=scale,
+        task="positive passage ranked first among the passages of its validation batch "
+        "(DCSR: its candidate sentences' passages, Score Normalization)",
+        source=REPRODUCED + " | paper: Figure 4 prints no numbers (a plot only)",
+    )
+    write_csv(curves, args.csv)
+    return 0
+
+
+def _cmd_vectors(args: argparse.Namespace) -> int:
+    from drpipe.encoders import BiEncoder
+    from drpipe.io import parquet_num_rows
+
+    frame = vectors_per_passage(
+        parquet_num_rows(args.passages),
+        read_json(args.sentences_report),
+        read_json(args.retrieve_report),
+        BiEncoder.read_meta(args.model),
+    )
+    frame.insert(0, "scale", need(args.cfg, "scale"))
+    write_csv(frame, args.out)
+    return 0
+
+
+def _cmd_subset(args: argparse.Namespace) -> int:
+    report = corpus_subset(
+        args.subset, args.passages, args.sentences, args.out_passages, args.out_sentences,
+        args.questions,
+    )  # fmt: skip
+    if args.report:
+        write_json(args.report, report)
+    log.info("subset %s: %d of %d passages", args.subset, report["passages_kept"],
+             report["passages_in_corpus"])  # fmt: skip
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("tables-dcsr", help="DCSR's tables and Figure 4 beside the paper")
+    tables = parser.add_subparsers(dest="subcommand", required=True)
+
+    p = tables.add_parser("compare", help="a DCSR table: cells of ours beside the paper's")
+    p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON, one per cell")
+    p.add_argument("--out", required=True, help="CSV to write")
+    p.add_argument("--md", help="Markdown rendering to write")
+    add_cfg(p)
+    p.set_defaults(func=_cmd_compare)
+
+    p = tables.add_parser("figure4", help="DCSR Figure 4: validation accuracy per epoch")
+    p.add_argument("--reports", nargs="+", required=True, help="training report JSON files")
+    p.add_argument("--labels", nargs="+", required=True, help="one curve label per report")
+    p.add_argument("--out", required=True, help="PNG to write")
+    p.add_argument("--csv", required=True, help="CSV of the plotted points")
+    add_cfg(p)
+    p.set_defaults(func=_cmd_figure4)
+
+    p = tables.add_parser("vectors", help="DCSR's k: vectors per passage of our corpus")
+    p.add_argument("--passages", required=True)
+    p.add_argument("--sentences-report", required=True)
+    p.add_argument("--retrieve-report", required=True, help="a retrieve report of a DCSR run")
+    p.add_argument("--model", required=True, help="that run's model directory")
+    p.add_argument("--out", required=True)
+    add_cfg(p)
+    p.set_defaults(func=_cmd_vectors)
+
+    # Generic (any method can be evaluated on a subset); it lives here because Table 7 is
+    # DCSR's, and the subset rules of workflow/rules/subsets.smk call it.
+    p = sub.add_parser(
+        "subset-corpus",
+        help="cut a corpus subset (Table 7): gold passages kept, then the first passages",
+    )
+    p.add_argument(
+        "--subset", required=True, help="p<percent> | n<count> [-gold-<dataset>-<split>]"
+    )
+    p.add_argument("--passages", required=True)
+    p.add_argument("--sentences", required=True)
+    p.add_argument("--questions", help="questions whose gold passages are kept")
+    p.add_argument("--out-passages", required=True)
+    p.add_argument("--out-sentences", required=True)
+    p.add_argument("--report")
+    add_cfg(p)
+    p.set_defaults(func=_cmd_subset)
+
+
+__all__ = [
+    "comparison",
+    "comparison_markdown",
+    "corpus_subset",
+    "figure4_curves",
+    "parse_subset",
+    "subset_pids",
+    "vectors_per_passage",
+]
