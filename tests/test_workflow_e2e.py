@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from workflow_util import planned_jobs, snakemake
 
-from drpipe.methods import method_names
+from drpipe.methods import method_class, method_names
 
 METHODS = method_names()
 
@@ -147,12 +147,17 @@ def test_chunking_change_reruns_corpus_and_downstream_only(run_dir):
     assert not rules & {"fetch", "documents", "qa_load", "init_model"}
 
 
-def test_splitter_change_reruns_sentences_only(run_dir):
-    corpus = {**TINY["corpus"], "sentences": {"splitter": "dcsr", "model": None, "batch_size": 256}}
-    jobs = planned_jobs(run_dir, overlay={**TINY, "corpus": corpus})
-    # The provenance record embeds the whole config, so it is rewritten too (cheaply).
+def test_splitter_change_reruns_sentences_and_sentence_methods_only(run_dir):
+    splitter = {"splitter": "sentencizer", "model": None, "batch_size": 256}
+    jobs = planned_jobs(
+        run_dir, overlay={**TINY, "corpus": {**TINY["corpus"], "sentences": splitter}}
+    )
     assert "sentences" in _rules(jobs)
-    assert _rules(jobs) <= {"sentences", "provenance", "all"}
+    sentence_methods = [m for m in METHODS if method_class(m).corpus_units == "sentences"]
+    for _, out in jobs:
+        if out.startswith(("results/models/", "results/embeddings/", "results/runs/")):
+            assert any(f"/{m}" in out for m in sentence_methods), out  # DPR etc. never rerun
+    assert not _rules(jobs) & {"fetch", "documents", "passages", "bm25_index", "mine"}
 
 
 def test_bm25_k1_change_reruns_bm25_and_what_uses_mined_examples(run_dir):
@@ -214,7 +219,7 @@ NO_RESULT_CHANGE = {
     "threads": {"threads": 1},
     "corpus.wiki_processes": {"corpus": {**TINY["corpus"], "wiki_processes": 1}},
     "corpus.sentences.batch_size": {"corpus": {**TINY["corpus"], "sentences": {
-        "splitter": "sentencizer", "model": None, "batch_size": 17}}},
+        "splitter": "dcsr", "model": None, "batch_size": 17}}},
     "index.hnsw (index type flat)": {"index": {"hnsw": {"m": 16, "ef_construction": 40,
                                                         "ef_search": 16}}},
     "a source's note": {"sources": {"enwiki_tables": {"note": "edited"}}},

@@ -33,6 +33,10 @@ REPRODUCED = "reproduced: computed by this pipeline"
 DPR_T2 = "copied from Karpukhin et al. 2020, Table 2"
 DPR_T3 = "copied from Karpukhin et al. 2020, Table 3"
 AOPT_T3 = "copied from AOpt (Future Internet 2023), Table 3"
+PAPER_T2 = {
+    "dcsr": "copied from Wu et al. 2022 (DCSR), Table 2",
+    "xmoco": "copied from Yang et al. 2021 (xMoCo), Table 2",
+}
 # Table 2 rows by protocol: the usual rows never see a test answer; AOpt's rows say whether
 # their pseudo-labels did. Oracle rows come last, in a block of their own.
 STANDARD = "standard"
@@ -153,6 +157,18 @@ def _table2_order(rec: dict) -> tuple:
     )
 
 
+def _paper_cell(paper: pd.DataFrame, training: str, label: str, dataset: str, k: int):
+    """A paper's Table 2 value; "BM25+X" is printed "X+BM25" in some papers (xMoCo)."""
+    labels = [label]
+    if label.startswith("BM25+"):
+        labels.append(label.removeprefix("BM25+") + "+BM25")
+    for name in labels:
+        value = _lookup(paper, setting=training, method=name, dataset=dataset, metric=f"top{k}")
+        if value is not None:
+            return value
+    return None
+
+
 def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any) -> pd.DataFrame:
     """DPR Table 2: one row per (training, method), columns per dataset x top-k.
 
@@ -169,8 +185,15 @@ def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any)
     """
     named = cfg.get("train_sets", {})
     equiv = cfg.get("split_equiv", DEFAULT_SPLIT_EQUIV)
-    paper = load_paper_numbers("dpr")
-    paper = paper[paper["table"] == "2"]
+    papers: dict[str, pd.DataFrame] = {}
+
+    def table2_of(name: str) -> pd.DataFrame:
+        # A row's numbers come from its method's paper (DCSR's, xMoCo's Table 2; DPR's default).
+        if name not in papers:
+            frame = load_paper_numbers(name)
+            papers[name] = frame[frame["table"] == "2"]
+        return papers[name]
+
     aopt_paper = load_paper_numbers("aopt")
     aopt_paper = aopt_paper[aopt_paper["table"] == "3"]
 
@@ -201,7 +224,10 @@ def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any)
             ours = float(m["top_k"][str(k)])
             theirs = None
             if split == "test" and protocol == STANDARD:
-                theirs = _lookup(paper, setting=training, method=label, dataset=d, metric=f"top{k}")
+                source = str(row_map[m["method"]].get("paper", "dpr"))
+                theirs = _paper_cell(table2_of(source), training, label, d, k)
+                if theirs is not None and source != "dpr":
+                    row["_cite"] = PAPER_T2.get(source, row["_cite"])
             elif split == "test" and protocol == ORACLE:
                 # The AOpt paper's numbers were measured with the test answers too.
                 theirs = _lookup(aopt_paper, method=label, dataset=d, metric=f"top{k}")

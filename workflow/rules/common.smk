@@ -64,9 +64,15 @@ def cfg_json(obj):
     return json.dumps(obj, sort_keys=True)
 
 
+_CODE_HASHES = {}
+
+
 def code(*modules):
-    """Hash of the code a job runs: the import closure of its command's modules."""
-    return code_hash(modules)
+    """Hash of the code a job runs: the import closure of its command's modules (computed
+    once per module set: a paper-scale DAG asks for it thousands of times)."""
+    if modules not in _CODE_HASHES:
+        _CODE_HASHES[modules] = code_hash(modules)
+    return _CODE_HASHES[modules]
 
 
 def run_method(run):
@@ -76,7 +82,7 @@ def run_method(run):
 
 def method_code(run, *modules):
     """Code hash of a command plus the one method module the run uses (its own code only)."""
-    return code_hash((*modules, method_module(run_method(run))))
+    return code(*modules, method_module(run_method(run)))
 
 
 def runtime(fn):
@@ -392,6 +398,9 @@ def table2_row_map():
             "method": label,
             **({"training": training} if training == "None" else {}),
         }
+        base = run.split("+")[0]
+        if base in METHODS:  # the numbers beside a method's row come from its own paper
+            rows[run]["paper"] = base
         if aopt_protocol(run):  # AOpt rows say which answers their labels came from
             rows[run].update(training=training, protocol=aopt_protocol(run))
     return rows

@@ -158,7 +158,9 @@ def queue_scores(
         n_masked = int(same.sum())
         hidden = hidden | same
     with torch.autocast(x.device.type, enabled=False):
-        scores = fp32(x) @ queue.vectors.T
+        # As queue @ x^T: with the queue as the untransposed left operand, CPU BLAS packs far
+        # less of it (measured 16,384 x 768: 10 MiB of extra peak the other way, 2 MiB this way).
+        scores = (queue.vectors @ fp32(x).T).T
     # In place: the product is fresh and its backward does not read it; one [b, size] fewer.
     return scores.masked_fill_(hidden, float("-inf")), n_masked
 
