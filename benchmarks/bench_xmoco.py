@@ -175,14 +175,20 @@ def memory(train_file: Path, cfg: dict, sizes: list[int], workdir: Path) -> dict
         points.append({"queue_size": q, "queue_bytes": queue_bytes, **got})
         print(f"queue {q}: peak RSS {got['peak_rss_bytes'] / 2**20:.1f} MiB", file=sys.stderr)
     base = points[0]
+    batch = int(cfg["batch_size"])
     for p in points:
         p["peak_rss_growth_bytes"] = p["peak_rss_bytes"] - base["peak_rss_bytes"]
         p["queue_bytes_growth"] = p["queue_bytes"] - base["queue_bytes"]
         p["excess_bytes"] = p["peak_rss_growth_bytes"] - p["queue_bytes_growth"]
+        # The scores of a batch against the queue, [batch, queue] float32, exist by definition.
+        p["logit_matrix_bytes_growth"] = batch * (p["queue_size"] - base["queue_size"]) * 4
     return {
         "vector_dim": dim,
         "points": points,
         "within_queue_bytes": all(p["excess_bytes"] <= 0 for p in points),
+        "within_queue_bytes_plus_one_logit_matrix": all(
+            p["excess_bytes"] <= p["logit_matrix_bytes_growth"] for p in points
+        ),
     }
 
 
@@ -248,7 +254,9 @@ def main() -> int:
     if mem:
         mib = lambda key: {p["queue_size"]: round(p[key] / 2**20, 1) for p in mem["points"]}  # noqa: E731
         brief |= {"peak_rss_mib": mib("peak_rss_bytes"), "excess_mib": mib("excess_bytes"),
-                  "within_queue_bytes": mem["within_queue_bytes"]}  # fmt: skip
+                  "within_queue_bytes": mem["within_queue_bytes"],
+                  "within_queue_bytes_plus_one_logit_matrix":
+                      mem["within_queue_bytes_plus_one_logit_matrix"]}  # fmt: skip
     print(json.dumps(brief, indent=2))
     return 0
 
