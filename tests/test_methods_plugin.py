@@ -144,6 +144,11 @@ def test_code_hash_follows_imports_and_declared_package_data(tmp_path):
     # A new method module changes no hash of DPR's jobs.
     (root / "methods" / "newmethod.py").write_text("from drpipe.methods.dpr import DPR\n")
     assert code_hash(train, root) == before["train"]
+    # A new subcommand module listed in the dispatcher reruns nothing.
+    cli = root / "cli.py"
+    cli.write_text(cli.read_text().replace('"drpipe.tables",', '"drpipe.tables",\n    "drpipe.x",'))
+    assert '"drpipe.x"' in cli.read_text()
+    assert code_hash(train, root) == before["train"]
     # A changed paper number reruns the tables.
     csv = root / "paper_numbers" / "dpr.csv"
     csv.write_text(csv.read_text().replace("68.8", "68.9", 1))

@@ -12,11 +12,14 @@ import json
 from pathlib import Path
 
 import pytest
-from workflow_util import planned_jobs, snakemake
+import yaml
+from workflow_util import REPO, planned_jobs, snakemake
 
 from drpipe.methods import method_class, method_names
 
 METHODS = method_names()
+# The methods with Table 2 rows in the run (TINY keeps config.yaml's tables.methods).
+TINY_METHODS = yaml.safe_load((REPO / "config.yaml").read_text())["tables"]["methods"]
 
 pytestmark = pytest.mark.slow
 
@@ -232,8 +235,12 @@ def test_settings_that_change_no_result_rerun_nothing(run_dir, name):
     assert planned_jobs(run_dir, *TARGETS, overlay={**TINY, **patch}) == set(), name
 
 
+# AOpt starts from DPR's vectors and runs: whatever reruns DPR's vectors reruns AOpt.
+AOPT_RULES = {"aopt_passage_round", "aopt_linear", "aopt_query_round", "aopt_index",
+              "aopt_retrieve", "aopt_evaluate", "aopt_grid", "aopt_figure6", "aopt_figure7",
+              "aopt_table3"}  # fmt: skip
 DENSE_RULES = {"train", "encode", "encode_queries", "build_index", "retrieve", "hybrid",
-               "evaluate", "table2", "table3", "figure1", "provenance", "all"}  # fmt: skip
+               "evaluate", "table2", "table3", "figure1", "provenance", "all"} | AOPT_RULES  # fmt: skip
 TABLES = {"table2", "table3", "figure1", "provenance", "all"}
 # Setting -> (rules that must run, rules that may run); anything else planned is a bug.
 RESULT_CHANGE = {
@@ -245,7 +252,8 @@ RESULT_CHANGE = {
     "evaluate.ks": (
         {"evaluate": {"ks": [1, 5, 20, 50, 100]}},
         {"evaluate", "table2"},
-        {"evaluate", "hybrid", *TABLES},  # the hybrid averages ks when tuning its weight
+        # The hybrid averages ks when tuning its weight; AOpt evaluates its rounds.
+        {"evaluate", "hybrid", *TABLES, *AOPT_RULES},
     ),
     "encode.dtype": (
         {"encode": {"shards": 2, "batch_size": 32, "dtype": "float16"}},
@@ -291,7 +299,17 @@ def test_result_changing_settings_rerun_exactly_their_steps(run_dir, name):
 # ------------------------------------------------------------------ code hashes in the real DAG
 
 
-def test_new_method_module_plans_nothing_and_dpr_edit_plans_only_dpr(run_dir, tmp_path):
+def _leaf_method() -> str:
+    """A method with Table 2 rows whose module no other method's code imports."""
+    from drpipe.codehash import closure
+
+    used = {p.stem for m in METHODS for p in closure([f"drpipe.methods.{m}"]) if p.stem != m}
+    leaves = [m for m in TINY_METHODS if m not in used]
+    assert leaves, "every method's module is imported by another"
+    return leaves[0]
+
+
+def test_new_method_module_plans_nothing_and_a_method_edit_plans_only_it(run_dir, tmp_path):
     """In a copy of this checkout run on the same results: adding a method module plans no
     job; editing methods/dpr.py plans DPR's jobs (and the initial encoder's, which is used the
     way DPR's is) and no job of another method; editing runs.py reruns what reads runs."""
@@ -306,15 +324,20 @@ def test_new_method_module_plans_nothing_and_dpr_edit_plans_only_dpr(run_dir, tm
     )
     assert planned_jobs(run_dir, *TARGETS, overlay=TINY, repo=repo) == set()
 
-    (methods / "dpr.py").write_text((methods / "dpr.py").read_text() + "\n# edited\n")
+    # Edit a method module that no other method imports (DCSR and xMoCo reuse DPR's code, so
+    # editing dpr.py rightly reruns them too): only that method's jobs are planned.
+    leaf = _leaf_method()
+    path = methods / f"{leaf}.py"
+    path.write_text(path.read_text() + "\n# edited\n")
     jobs = planned_jobs(run_dir, *TARGETS, overlay=TINY, repo=repo)
     outputs = {o for _, o in jobs}
-    assert "results/models/dpr/squad" in outputs
+    assert f"results/models/{leaf}/squad" in outputs
     assert not [o for o in outputs if "/bm25/none" in o or o.startswith("results/corpus")]
-    others = [m for m in METHODS if m != "dpr"]
+    others = [m for m in METHODS if m != leaf]
     assert not [o for o in outputs for m in others if f"/{m}/" in o or f"/{m}." in o]
+    assert not [o for o in outputs if "/init/" in o]
 
-    (methods / "dpr.py").write_text((methods / "dpr.py").read_text().replace("\n# edited\n", ""))
+    path.write_text(path.read_text().replace("\n# edited\n", ""))
     runs = repo / "workflow" / "drpipe" / "runs.py"
     runs.write_text(runs.read_text() + "\n# edited\n")
     rules = _rules(planned_jobs(run_dir, *TARGETS, overlay=TINY, repo=repo))

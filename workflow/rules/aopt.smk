@@ -133,15 +133,7 @@ rule aopt_index:
         env()
     threads: C["threads"]
     params:
-        cfg=lambda w: cfg_json(
-            {
-                "type": w.itype,
-                "hnsw": C["index"]["hnsw"],
-                "ivfpq": C["index"]["ivfpq"],
-                "use_gpu": C["index"]["use_gpu"],
-                "seed": C["seed"],
-            }
-        ),
+        cfg=lambda w: cfg_json(index_cfg(w.itype)),
         code=code("drpipe.index"),
     shell:
         "drpipe index --embeddings {input:q} --out {output.index:q} --cfg {params.cfg:q}"
