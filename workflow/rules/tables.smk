@@ -24,6 +24,7 @@ rule table2:
                 "scale": SCALE,
                 "row_map": table2_row_map(),
                 "train_sets": C["train_sets"],
+                "setup": table2_setup(),
             }
         ),
         code=code("drpipe.tables"),

@@ -50,10 +50,13 @@ def read_doc_titles(paths: list[str]) -> set[str]:
 
 def cmd_load(args: argparse.Namespace) -> int:
     from drpipe.io import write_json
-    from drpipe.qa.datasets import load_questions, write_questions
+    from drpipe.qa.datasets import load_questions, read_questions, write_questions
 
     cfg = args.cfg
     restrict = read_doc_titles(args.restrict_docs) if args.restrict_docs else None
+    exclude = None
+    if args.exclude_questions:
+        exclude = {str(q["qid"]) for path in args.exclude_questions for q in read_questions(path)}
     questions, report = load_questions(
         args.format,
         args.input,
@@ -64,9 +67,12 @@ def cmd_load(args: argparse.Namespace) -> int:
         seed=int(cfg.get("seed", 13)),
         restrict_titles=restrict,
         allow_empty=bool(cfg.get("allow_empty", False)),
+        exclude_qids=exclude,
     )
     if restrict is not None:
         report["restrict_docs"] = list(args.restrict_docs)
+    if exclude is not None:
+        report["exclude_questions"] = list(args.exclude_questions)
     write_questions(args.out, questions)
     if args.report:
         write_json(args.report, report)
@@ -88,6 +94,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         nargs="+",
         metavar="DOCS",
         help="documents Parquet files; keep only questions whose gold_title is one of their titles",
+    )
+    p.add_argument(
+        "--exclude-questions",
+        nargs="+",
+        metavar="QUESTIONS",
+        help="questions Parquet files; drop questions whose qid is in one of them",
     )
     add_cfg(p)
     p.set_defaults(func=cmd_load)

@@ -360,12 +360,15 @@ def load_questions(
     seed: int = 13,
     restrict_titles: Collection[str] | None = None,
     allow_empty: bool = False,
+    exclude_qids: Collection[str] | None = None,
 ) -> tuple[list[Question], dict[str, Any]]:
     """Load, clean, restrict and sample one dataset split; return (questions, report).
 
     Cleaning: answers without tokens (blank) are removed (in DPR they match every passage);
     a question left without answers is dropped. ``restrict_titles`` keeps only questions whose
-    gold_title is in it. ``sample`` keeps a seeded random subset, in file order. The report
+    gold_title is in it. ``exclude_qids`` drops the questions of another split (a held-out
+    split drawn from the training articles must not share a question with the training
+    split). ``sample`` keeps a seeded random subset, in file order. The report
     counts dropped questions by reason and names the first ``N_EXAMPLES`` qids of each.
 
     A file without records, or a split left without questions, raises ``InputError`` unless
@@ -427,6 +430,11 @@ def load_questions(
             else:
                 restricted.append(q)
         kept = restricted
+
+    if exclude_qids is not None:
+        excluded = set(exclude_qids)
+        drop("in_excluded_split", [q["qid"] for q in kept if q["qid"] in excluded])
+        kept = [q for q in kept if q["qid"] not in excluded]
 
     if sample is not None:
         if sample < 0:
