@@ -10,7 +10,9 @@ rule qa_load:
             else []
         ),
         exclude=lambda w: (
-            [f"results/qa/{w.dataset}/{qa_split(w.dataset, w.split)['exclude_split']}.parquet"]
+            [
+                f"results/qa/{w.dataset}/{qa_split(w.dataset, w.split)['exclude_split']}.parquet"
+            ]
             if qa_split(w.dataset, w.split).get("exclude_split")
             else []
         ),

@@ -121,8 +121,10 @@ rule provenance:
     conda:
         env()
     params:
-        cfg=cfg_json(result_config()),
-        repo=workflow.basedir,
+        # The record describes how its inputs were made: it reruns when they change, not when
+        # a setting that changes no result does (a new method's defaults, an unused index's).
+        cfg=runtime(lambda w: cfg_json(result_config())),
+        repo=runtime(lambda w: workflow.basedir),  # where to read the commit, not a result
         code=code("drpipe.provenance"),
     shell:
         "drpipe provenance --records {input.records:q} --reports {input.reports:q}"
