@@ -421,12 +421,9 @@ def table2_setup():
             m: {k: C["methods"][m][k] for k in ("epochs", "batch_size")}
             for m in methods
         },
+        # A train set with dev files selects on them (val_set_files); else the held-out fraction.
         "validation": {
-            ts: (
-                "dev"
-                if all(d in C["dev_examples"] for d in C["train_sets"][ts])
-                else max(fractions)
-            )
+            ts: "dev" if val_set_files(ts) else max(fractions)
             for ts in sorted(train_sets)
         },
     }
