@@ -136,24 +136,81 @@ def test_table2_cli_writes_rounded_csv_and_markdown(tmp_path):
         paths.append(tmp_path / f"m{i}.json")
         paths[-1].write_text(json.dumps(m))
     out, md = tmp_path / "results" / "table2.csv", tmp_path / "results" / "table2.md"
-    cfg = json.dumps({"scale": "mini", "row_map": ROW_MAP})
+    # At the paper scale the difference is printed, with the tolerance it is judged by.
+    cfg = json.dumps({"scale": "paper", "row_map": ROW_MAP, "tolerance": 1.0})
     argv = ["tables", "table2", "--metrics", *map(str, paths), "--out", str(out), "--md", str(md)]
     assert run_cli([*argv, "--cfg", cfg]) == 0
     text = out.read_text()
     assert "68.81," in text and "68.81234" not in text
     frame = pd.read_csv(out)
     assert len(frame) == 2 and frame.loc[0, "squad_top20_diff"] == 0.01
+    assert bool(frame.loc[0, "squad_top20_within_tol"]) and (frame["diff_tolerance"] == 1.0).all()
+    # DPR's 70.0 against the paper's 63.2 (squad dev = DPR's squad test) is outside it.
+    assert not bool(frame.loc[1, "squad_top20_within_tol"])
     assert sorted(p.name for p in out.parent.iterdir()) == ["table2.csv", "table2.md"]
     rendered = md.read_text()
-    assert "scale `mini`" in rendered
+    assert "scale `paper`" in rendered
     assert "squad/dev" in rendered
     assert "copied from Karpukhin et al. 2020, Table 2" in rendered
     assert "computed by this pipeline" in rendered
+    assert "Top-20 diff (±1)" in rendered and "within ±1 points" in rendered
     assert (
-        "| None | BM25 |  | squad (dev, n=10570) | 35.00 | 55.00 | 68.81 | 68.80 | 0.01 |"
+        "| None | BM25 |  | squad (dev, n=10570) | 35.00 | 55.00 | 68.81 | 68.80 | +0.01 ok |"
         in rendered
     )
+    assert "| 70.00 | 63.20 | +6.80 outside |" in rendered
     assert "Top-1 paper" not in rendered  # the paper has no top-1
+
+
+def test_table2_below_paper_scale_prints_ranks_and_ordering_not_differences(tmp_path):
+    # Ours: DPR above BM25 at top-20; the paper: BM25 (68.8) above DPR (63.2). At top-100
+    # both put DPR (ours 90, paper 77.2) below BM25 (ours 95, paper 80.0).
+    runs = [
+        metric("bm25", None, top=(35.0, 55.0, 68.0, 95.0)),
+        metric("dpr", "squad", top=(40.0, 60.0, 70.0, 90.0)),
+        metric("init", None, top=(20.0, 40.0, 60.0, 85.0)),  # no paper value: no rank
+    ]
+    paths = []
+    for i, m in enumerate(runs):
+        paths.append(tmp_path / f"m{i}.json")
+        paths[-1].write_text(json.dumps(m))
+    out, md = tmp_path / "table2.csv", tmp_path / "table2.md"
+    cfg = json.dumps({"scale": "mini", "row_map": ROW_MAP, "tolerance": 1.0})
+    argv = ["tables", "table2", "--metrics", *map(str, paths), "--out", str(out), "--md", str(md)]
+    assert run_cli([*argv, "--cfg", cfg]) == 0
+    frame = pd.read_csv(out).set_index("method")
+    assert not [c for c in frame.columns if c.endswith("_diff") or "tol" in c]
+    assert frame.loc["BM25", "squad_top20_paper"] == 68.8  # kept for orientation
+    ranks = frame[["squad_top20_rank", "squad_top20_paper_rank"]]
+    assert ranks.loc["BM25"].tolist() == [2, 1] and ranks.loc["DPR"].tolist() == [1, 2]
+    assert frame.loc["DPR", ["squad_top100_rank", "squad_top100_paper_rank"]].tolist() == [2, 2]
+    assert frame.loc["DPR init (no fine-tuning)", ["squad_top20_rank"]].isna().all()
+    rendered = md.read_text()
+    assert "Top-20 rank ours/paper" in rendered and "diff" not in rendered.split("## Notes")[0]
+    assert "| 68.00 | 68.80 | 2/1 |" in rendered
+    assert "ours DPR (70.0) > BM25 (68.0); paper BM25 (68.8) > DPR (63.2); 0 of 1 pairs" in rendered
+    assert "1 of 1 pairs in the same order" in rendered  # top-100
+    assert "results/claims.csv" in rendered
+
+
+def test_comparable_ranks_within_groups_and_keeps_ties():
+    frame = pd.DataFrame(
+        {
+            "protocol": ["standard", "standard", "standard", "oracle", "oracle"],
+            "top1": [50.0, 60.0, 60.0, 99.0, 90.0],
+            "top1_paper": [40.0, 45.0, None, 70.0, 80.0],
+            "top1_diff": [10.0, 15.0, None, 29.0, 10.0],
+        }
+    )
+    out = tables.comparable(frame, "squad", groups=["protocol"])
+    assert list(out.columns) == ["protocol", "top1", "top1_paper", "top1_rank", "top1_paper_rank"]
+    assert out["top1_rank"].tolist() == [2, 1, pd.NA, 1, 2]  # oracle rows ranked apart
+    assert out["top1_paper_rank"].tolist() == [2, 1, pd.NA, 2, 1]
+    tied = tables.comparable(frame.assign(top1=[60.0] * 5), "mini", groups=["protocol"])
+    assert tied["top1_rank"].tolist()[:2] == [1, 1]
+    paper = tables.comparable(frame, "paper", tolerance=10.0)
+    assert paper["top1_within_tol"].tolist() == [True, False, pd.NA, False, True]
+    assert (paper["diff_tolerance"] == 10.0).all()
 
 
 VARIANTS = {
@@ -251,14 +308,19 @@ def test_table3_cli(tmp_path):
     path = tmp_path / "m.json"
     path.write_text(json.dumps(metric("random7", "squad", top=(10.0, 47.5, 64.3, 77.0))))
     out, md = tmp_path / "t3.csv", tmp_path / "t3.md"
-    cfg = json.dumps({"scale": "mini", "variants": VARIANTS})
     argv = ["tables", "table3", "--metrics", str(path), "--out", str(out), "--md", str(md)]
-    assert run_cli([*argv, "--cfg", cfg]) == 0
+    assert run_cli([*argv, "--cfg", json.dumps({"scale": "paper", "variants": VARIANTS})]) == 0
     frame = pd.read_csv(out)
     assert list(frame["variant"]) == ["random7"]
     assert (frame.loc[0, "top5_paper"], frame.loc[0, "top5_diff"]) == (47.0, 0.5)
-    assert frame.loc[0, "top20_diff"] == 0.0
-    assert "| random7 | random | 0 | no | Random #N=7 | squad (dev, n=10570) |" in md.read_text()
+    assert frame.loc[0, "top20_diff"] == 0.0 and bool(frame.loc[0, "top20_within_tol"])
+    text = md.read_text()
+    assert "| random7 | random | 0 | no | Random #N=7 | squad (dev, n=10570) |" in text
+    assert "| 47.50 | 47.00 | +0.50 ok |" in text
+    assert run_cli([*argv, "--cfg", json.dumps({"scale": "mini", "variants": VARIANTS})]) == 0
+    frame = pd.read_csv(out)
+    assert "top5_diff" not in frame and frame.loc[0, "top5_rank"] == 1
+    assert "| 47.50 | 47.00 | 1/1 |" in md.read_text()
 
 
 AOPT_ROW_MAP = {
@@ -351,7 +413,7 @@ def test_table2_notes_say_where_the_setup_differs_beside_each_row(tmp_path):
     assert "upper bound on its true BM25 score" in text  # hybrid fill-in
     assert "[0.5, 1.0, 2.0]" in text and "never on test questions" in text
     assert "0.1 of its examples" in text and "dev set" in text  # held-out validation
-    assert "1 epoch(s), batch 16" in text and "not a reproduction gap" in text
+    assert "1 epoch(s), batch 16" in text and "no reproduction gap" in text
 
     # Paper scale, two-field BM25, a fixed weight, dev files: the notes follow the config.
     paper = {**SETUP, "bm25_fields": "title_text", "hybrid_lambda": 1.1,

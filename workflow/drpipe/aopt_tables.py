@@ -24,7 +24,16 @@ from drpipe.cliutil import add_cfg, need
 from drpipe.errors import InputError
 from drpipe.io import atomic_path
 from drpipe.paper_numbers import load_paper_numbers, paper_value
-from drpipe.tables import KS, REPRODUCED, _citation, _md_table, read_metrics, write_csv, write_text
+from drpipe.tables import (
+    KS,
+    REPRODUCED,
+    _citation,
+    _md_table,
+    comparable,
+    read_metrics,
+    write_csv,
+    write_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -316,6 +325,8 @@ def _where(cfg: dict[str, Any]) -> str:
 def _cmd_table3(args: argparse.Namespace) -> int:
     scale = need(args.cfg, "scale")
     frame = table3(read_metrics(args.metrics), scale, need(args.cfg, "rows"))
+    groups = ["protocol", "dataset", "split"]
+    frame = comparable(frame, scale, groups=groups, tolerance=args.cfg.get("tolerance"))
     write_csv(frame, args.out)
     if args.md:
         write_text(table3_markdown(frame, scale), args.md)

@@ -1365,8 +1365,8 @@ def html_table(frame: pd.DataFrame) -> str:
                 cls.append("num")
             if str(col).endswith("_paper"):
                 cls.append("paper")
-            elif str(col).endswith("_diff"):
-                cls.append("diff")
+            elif str(col).endswith(("_diff", "_rank", "_within_tol")):
+                cls.append("diff")  # what the paper's value is compared by at this scale
             if col == "verdict":
                 cls.append(str(v).replace(" ", ""))
             attr = f" class='{' '.join(cls)}'" if cls else ""

@@ -37,6 +37,11 @@ from drpipe.tables import (
     _diff,
     _md_table,
     _r2,
+    comparable,
+    comparison_cell,
+    comparison_headers,
+    comparison_note,
+    ordering,
     read_metrics,
     write_csv,
     write_text,
@@ -212,7 +217,9 @@ def comparison_markdown(frame: pd.DataFrame, scale: str, table: str, ks=KS, note
     with_delta = [k for k in ks if frame[f"top{k}_delta"].notna().any()]
     headers = ["Group", "Row", "Paper row", "Ours on (dataset/split, n)", "Paper on"]
     for k in ks:
-        headers += [f"Top-{k} ours"] + ([f"Top-{k} paper", "diff"] if k in with_paper else [])
+        headers += [f"Top-{k} ours"]
+        if k in with_paper:
+            headers += [f"Top-{k} paper", *comparison_headers(frame, f"top{k}", f"Top-{k}")]
     headers += [f"Δ Top-{k} ours / paper" for k in with_delta]
     rows = []
     for _, r in frame.iterrows():
@@ -223,7 +230,7 @@ def comparison_markdown(frame: pd.DataFrame, scale: str, table: str, ks=KS, note
         for k in ks:
             row.append(r[f"top{k}"])
             if k in with_paper:
-                row += [r[f"top{k}_paper"], r[f"top{k}_diff"]]
+                row += [r[f"top{k}_paper"], *comparison_cell(r, f"top{k}")]
         for k in with_delta:
             a, b = r[f"top{k}_delta"], r[f"top{k}_delta_paper"]
             row.append("" if pd.isna(a) else f"{a:+.2f} / " + ("" if pd.isna(b) else f"{b:+.1f}"))
@@ -231,16 +238,26 @@ def comparison_markdown(frame: pd.DataFrame, scale: str, table: str, ks=KS, note
     head = [
         f"# DCSR {TITLES.get(table, 'Table ' + table)}, scale `{scale}`",
         "",
-        "Ours = computed by this pipeline; paper = printed in the DCSR paper (diff = ours - "
-        "paper). Where the paper measured another dataset or a corpus of another size, the "
-        "columns say so and the difference shows direction only.",
+        "Ours = computed by this pipeline; paper = printed in the DCSR paper. Where the paper "
+        "measured another dataset or a corpus of another size, the columns say so and a "
+        "comparison shows direction only. " + comparison_note(scale, frame),
         *([note] if note else []),
         "",
         f"Source: {_citation('dcsr')}.",
         "",
         "",
     ]
-    return "\n".join(head) + _md_table(headers, rows) + "\n"
+    text = "\n".join(head) + _md_table(headers, rows) + "\n"
+    ours = frame[frame["run"].astype(bool)]
+    orders = [
+        f"- {g or 'all'}, {d}/{sp} Top-{k}: {line}\n"
+        for (g, d, sp), part in ours.groupby(["group", "dataset", "split"], sort=False)
+        for k in with_paper
+        if (line := ordering(part, f"top{k}", label="row"))
+    ]
+    if orders:
+        text += "\n## Ordering of the rows the paper also reports\n\n" + "".join(orders)
+    return text
 
 
 # --------------------------------------------------------------------------- Figure 4
@@ -419,6 +436,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if cfg.get("paper_only"):
         extra = paper_only_rows(cfg["paper_only"], scale, table)
         frame = pd.concat([frame, extra.astype(frame.dtypes.to_dict())], ignore_index=True)
+    groups = ["group", "dataset", "split"]
+    frame = comparable(frame, scale, groups=groups, tolerance=cfg.get("tolerance"))
     write_csv(frame, args.out)
     if args.md:
         write_text(comparison_markdown(frame, scale, table, note=cfg.get("note", "")), args.md)

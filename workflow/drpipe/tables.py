@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from drpipe.cliutil import add_cfg, need
@@ -91,6 +92,118 @@ def _r2(value: float | None) -> float | None:
 
 def _diff(ours: float, paper: float | None) -> float | None:
     return None if paper is None else round(float(ours) - paper, 2)
+
+
+PAPER_SCALE = "paper"
+DEFAULT_TOLERANCE = 1.0  # points of top-k accuracy (config: tables.paper_tolerance)
+
+
+def comparable(
+    frame: pd.DataFrame, scale: str, *, groups: Sequence[str] = (), tolerance: float | None = None
+) -> pd.DataFrame:
+    """What a table prints beside the paper's numbers at this scale.
+
+    At the ``paper`` scale each ``<c>_diff`` (ours - paper) stays, followed by
+    ``<c>_within_tol`` (|diff| <= ``tolerance`` points) and one ``diff_tolerance`` column.
+    Below it a corpus of thousands of passages and a small encoder make the difference no
+    reproduction gap, so ``<c>_diff`` becomes ``<c>_rank`` and ``<c>_paper_rank``: the rank
+    (1 = best, ties share the best rank) of ours and of the paper's value among the rows that
+    have both, within ``groups`` (e.g. the protocol: oracle rows are ranked apart).
+    """
+    out = frame.copy()
+    diffs = [c for c in out.columns if str(c).endswith("_diff")]
+    if scale == PAPER_SCALE:
+        tol = DEFAULT_TOLERANCE if tolerance is None else float(tolerance)
+        for col in diffs:
+            within = out[col].abs().le(tol + 1e-9).astype("boolean").mask(out[col].isna())
+            out.insert(out.columns.get_loc(col) + 1, col[: -len("_diff")] + "_within_tol", within)
+        if diffs:
+            out["diff_tolerance"] = tol
+        return out
+    keys = [g for g in groups if g in out.columns]
+    for col in diffs:
+        base = col[: -len("_diff")]
+        have = out[base].notna() & out[base + "_paper"].notna()
+        ranks = {}
+        for side, source in (("rank", base), ("paper_rank", base + "_paper")):
+            values = out.loc[have, source].astype(float)
+            ranked = (
+                values.groupby([out.loc[have, g] for g in keys]).rank(method="min", ascending=False)
+                if keys
+                else values.rank(method="min", ascending=False)
+            )
+            ranks[side] = ranked.reindex(out.index).astype("Int64")
+        at = out.columns.get_loc(col)
+        out = out.drop(columns=col)
+        out.insert(at, base + "_rank", ranks["rank"])
+        out.insert(at + 1, base + "_paper_rank", ranks["paper_rank"])
+    return out
+
+
+def comparison_headers(frame: pd.DataFrame, base: str, label: str) -> list[str]:
+    """The header of the column a Markdown table prints after a paper value (see
+    ``comparison_cell``): the difference at the paper scale, the two ranks below it."""
+    if f"{base}_diff" in frame.columns:
+        tol = frame["diff_tolerance"].iloc[0] if "diff_tolerance" in frame.columns else None
+        return [f"{label} diff" + (f" (±{tol:g})" if tol is not None and len(frame) else "")]
+    if f"{base}_rank" in frame.columns:
+        return [f"{label} rank ours/paper"]
+    return []
+
+
+def comparison_cell(row: pd.Series, base: str) -> list[Any]:
+    if f"{base}_diff" in row.index:
+        diff = row[f"{base}_diff"]
+        if pd.isna(diff):
+            return [None]
+        within = row.get(f"{base}_within_tol")
+        mark = "" if within is None or pd.isna(within) else (" ok" if within else " outside")
+        return [f"{diff:+.2f}{mark}"]
+    if f"{base}_rank" in row.index:
+        ours, theirs = row[f"{base}_rank"], row[f"{base}_paper_rank"]
+        return ["" if pd.isna(ours) else f"{ours}/{theirs}"]
+    return []
+
+
+def ordering(frame: pd.DataFrame, base: str, label: str = "method") -> str:
+    """One line: the rows that have ours and the paper's value, best first by ours and by the
+    paper, and how many pairs of them the two orders agree on (ties agree only with ties)."""
+    both = frame[frame[base].notna() & frame[base + "_paper"].notna()]
+    if len(both) < 2:
+        return ""
+
+    def order(col: str) -> str:
+        ranked = both.sort_values(col, ascending=False, kind="stable")
+        return " > ".join(f"{r[label]} ({r[col]:.1f})" for _, r in ranked.iterrows())
+
+    ours, theirs = both[base].to_numpy(float), both[base + "_paper"].to_numpy(float)
+    n = len(both)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    same = sum(np.sign(ours[i] - ours[j]) == np.sign(theirs[i] - theirs[j]) for i, j in pairs)
+    return (
+        f"ours {order(base)}; paper {order(base + '_paper')}; "
+        f"{same} of {len(pairs)} pairs in the same order"
+    )
+
+
+def comparison_note(scale: str, tolerance_frame: pd.DataFrame | None = None) -> str:
+    """The header sentence that says what the column after each paper value means."""
+    if scale == PAPER_SCALE:
+        tol = DEFAULT_TOLERANCE
+        frame = tolerance_frame
+        if frame is not None and "diff_tolerance" in frame.columns and len(frame):
+            tol = float(frame["diff_tolerance"].iloc[0])
+        return (
+            f"diff = ours - paper; 'ok' when within ±{tol:g} points (tables.paper_tolerance), "
+            "'outside' otherwise."
+        )
+    return (
+        f"At scale `{scale}` the corpus, the training and the encoder are far smaller than "
+        "the paper's, so ours - paper is no reproduction gap and is not printed. Beside the "
+        "paper's value (kept for orientation) is each row's rank among the rows that have "
+        "both numbers, ours/paper (1 = best): what is comparable is the ordering of the "
+        "methods and the paired claims in results/claims.csv."
+    )
 
 
 def _dataset_key(name: str) -> tuple[int, str]:
@@ -200,11 +313,11 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
     notes: dict[str, str] = {}
     if scale != "paper":
         notes["scale"] = (
-            f"Scale `{scale}`: a corpus of a few thousand passages (README, 'Scales') instead "
+            f"Scale `{scale}`: a corpus of thousands of passages (README, 'Scales') instead "
             f"of 21M Wikipedia passages, and the encoder {setup.get('encoder', '?')} instead of "
-            "BERT-base. The absolute numbers, and so the diff columns, are not a reproduction "
-            "gap; what carries over is the ordering of the rows and the paired claims in "
-            "results/claims.csv."
+            "BERT-base. The absolute numbers are no reproduction gap, so no difference to the "
+            "paper is printed; what carries over is the ordering of the rows (their ranks) and "
+            "the paired claims in results/claims.csv."
         )
     if setup.get("bm25_fields", "single") == "single":
         notes["bm25"] = (
@@ -569,9 +682,11 @@ def table2_markdown(frame: pd.DataFrame, scale: str, notes: dict[str, str] | Non
     headers = ["Training", "Method", *(["Protocol"] if show_protocol else [])]
     headers += ["Train set", "Dataset (split, n)"]
     show_notes = notes is not None and "notes" in frame.columns
+    first = datasets[0] if datasets else ""
     for k in KS:
         headers += (
-            [f"Top-{k} ours", f"Top-{k} paper", f"Top-{k} diff"]
+            [f"Top-{k} ours", f"Top-{k} paper"]
+            + comparison_headers(frame, f"{first}_top{k}", f"Top-{k}")
             if k in with_paper
             else [f"Top-{k} ours"]
         )
@@ -588,7 +703,7 @@ def table2_markdown(frame: pd.DataFrame, scale: str, notes: dict[str, str] | Non
             for k in KS:
                 row.append(r[f"{d}_top{k}"])
                 if k in with_paper:
-                    row += [r[f"{d}_top{k}_paper"], r[f"{d}_top{k}_diff"]]
+                    row += [r[f"{d}_top{k}_paper"], *comparison_cell(r, f"{d}_top{k}")]
             if show_notes:
                 row.append(r["notes"])
             (oracle_rows if protocols[i] == ORACLE else rows).append(row)
@@ -609,7 +724,8 @@ def table2_markdown(frame: pd.DataFrame, scale: str, notes: dict[str, str] | Non
         "",
         f'Reproduced values ("ours") are computed by this pipeline. Paper values are {DPR_T2} '
         "(test sets; DPR's SQuAD test set is SQuAD v1.1 dev) and are given only where the "
-        "paper printed that number (it has Top-20 and Top-100 only). diff = ours - paper.",
+        "paper printed that number (it has Top-20 and Top-100 only). "
+        + comparison_note(scale, frame),
         *_other_papers(frame),
         "",
         f"Source: {_citation('dpr')}.",
@@ -617,6 +733,17 @@ def table2_markdown(frame: pd.DataFrame, scale: str, notes: dict[str, str] | Non
         "",
     ]
     text = "\n".join(head) + _md_table(headers, rows) + "\n"
+    orders = [
+        f"- {d} Top-{k}: {line}\n"
+        for d in datasets
+        for k in with_paper
+        if (line := ordering(frame[protocols == STANDARD], f"{d}_top{k}"))
+    ]
+    if orders:
+        text += (
+            "\n## Ordering of the methods the papers also report (rows without a test answer)"
+            "\n\n" + "".join(orders)
+        )
     if show_protocol:
         text += (
             "\nAOpt rows (Table 3 of AOpt, Future Internet 2023) start from the DPR run "
@@ -659,7 +786,8 @@ def _other_papers(frame: pd.DataFrame) -> list[str]:
 def table3_markdown(frame: pd.DataFrame, scale: str) -> str:
     headers = ["Variant", "Negatives", "Hard neg.", "IB", "Paper row", "Ours on (split, n)"]
     for k in TABLE3_KS:
-        headers += [f"Top-{k} ours", f"Top-{k} paper (NQ dev)", f"Top-{k} diff"]
+        headers += [f"Top-{k} ours", f"Top-{k} paper (NQ dev)"]
+        headers += comparison_headers(frame, f"top{k}", f"Top-{k}")
     rows = []
     for _, r in frame.iterrows():
         row = [
@@ -671,7 +799,7 @@ def table3_markdown(frame: pd.DataFrame, scale: str) -> str:
             f"{r['dataset']} ({r['split']}, n={r['n_questions']})",
         ]
         for k in TABLE3_KS:
-            row += [r[f"top{k}"], r[f"top{k}_paper"], r[f"top{k}_diff"]]
+            row += [r[f"top{k}"], r[f"top{k}_paper"], *comparison_cell(r, f"top{k}")]
         rows.append(row)
     evaluated = ", ".join(
         sorted({f"{d}/{s}" for d, s in zip(frame["dataset"], frame["split"], strict=True)})
@@ -684,7 +812,7 @@ def table3_markdown(frame: pd.DataFrame, scale: str) -> str:
         "different question sets and shows direction, not agreement.",
         "",
         f'Reproduced values ("ours") are computed by this pipeline. Paper values are {DPR_T3}. '
-        "diff = ours - paper.",
+        + comparison_note(scale, frame),
         "",
         f"Source: {_citation('dpr')}.",
         "",
@@ -712,6 +840,7 @@ def _cmd_table2(args: argparse.Namespace) -> int:
     row_map = need(cfg, "row_map")
     extra = {k: cfg[k] for k in ("train_sets", "split_equiv", "setup") if k in cfg}
     frame = table2(read_metrics(args.metrics), scale, row_map, **extra)
+    frame = comparable(frame, scale, groups=["protocol"], tolerance=cfg.get("tolerance"))
     write_csv(frame, args.out)
     if args.md:
         notes = setup_notes(cfg["setup"], scale) if "setup" in cfg else None
@@ -724,6 +853,9 @@ def _cmd_table3(args: argparse.Namespace) -> int:
     scale = need(args.cfg, "scale")
     variants = need(args.cfg, "variants")
     frame = table3(read_metrics(args.metrics), scale, variants)
+    frame = comparable(
+        frame, scale, groups=["dataset", "split"], tolerance=args.cfg.get("tolerance")
+    )
     write_csv(frame, args.out)
     if args.md:
         write_text(table3_markdown(frame, scale), args.md)

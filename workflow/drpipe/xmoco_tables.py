@@ -35,6 +35,11 @@ from drpipe.tables import (
     _md_table,
     _paper_split,
     _r2,
+    comparable,
+    comparison_cell,
+    comparison_headers,
+    comparison_note,
+    ordering,
     paper_row,
     read_metrics,
     write_csv,
@@ -140,36 +145,37 @@ def _typed(frame: pd.DataFrame) -> pd.DataFrame:
 
 def table2_markdown(frame: pd.DataFrame, scale: str) -> str:
     headers = ["Training", "Method", "Dataset (split, n)", "Top-1", "Top-5"]
-    headers += ["Top-20 ours", "Top-20 paper", "Top-20 diff"]
-    headers += ["Top-100 ours", "Top-100 paper", "Top-100 diff"]
-    rows = [
-        [
-            r["training"],
-            r["method"],
-            f"{r['dataset']} ({r['split']}, n={r['n_questions']})",
-            r["top1"],
-            r["top5"],
-            r["top20"],
-            r["top20_paper"],
-            r["top20_diff"],
-            r["top100"],
-            r["top100_paper"],
-            r["top100_diff"],
-        ]
-        for _, r in frame.iterrows()
+    for k in PAPER_KS:
+        headers += [f"Top-{k} ours", f"Top-{k} paper"]
+        headers += comparison_headers(frame, f"top{k}", f"Top-{k}")
+    rows = []
+    for _, r in frame.iterrows():
+        row = [r["training"], r["method"], f"{r['dataset']} ({r['split']}, n={r['n_questions']})"]
+        row += [r["top1"], r["top5"]]
+        for k in PAPER_KS:
+            row += [r[f"top{k}"], r[f"top{k}_paper"], *comparison_cell(r, f"top{k}")]
+        rows.append(row)
+    orders = [
+        f"- {d}/{sp} Top-{k}: {line}\n"
+        for (d, sp), part in frame.groupby(["dataset", "split"], sort=False)
+        for k in PAPER_KS
+        if (line := ordering(part, f"top{k}"))
     ]
     head = [
         f"# xMoCo Table 2: top-k retrieval accuracy (%), scale `{scale}`",
         "",
         f'Reproduced values ("ours") are computed by this pipeline. Paper values are {XMOCO_T2} '
         "(test sets; the SQuAD test set is SQuAD v1.1 dev); its DPR rows are the xMoCo "
-        "authors' re-implementation. diff = ours - paper.",
+        "authors' re-implementation. " + comparison_note(scale, frame),
         "",
         f"Source: {_citation('xmoco')}.",
         "",
         "",
     ]
-    return "\n".join(head) + _md_table(headers, rows) + "\n"
+    text = "\n".join(head) + _md_table(headers, rows) + "\n"
+    if orders:
+        text += "\n## Ordering of the methods the paper also reports\n\n" + "".join(orders)
+    return text
 
 
 # --------------------------------------------------------------------------- Table 3
@@ -246,7 +252,8 @@ def table3(metrics: list[dict], scale: str, variants: dict[str, dict]) -> pd.Dat
 def table3_markdown(frame: pd.DataFrame, scale: str) -> str:
     headers = ["Run", "Encoders", "Paper row", "Ours on (split, n)"]
     for k in PAPER_KS:
-        headers += [f"Top-{k} ours", f"Top-{k} paper (NQ test)", f"Top-{k} diff"]
+        headers += [f"Top-{k} ours", f"Top-{k} paper (NQ test)"]
+        headers += comparison_headers(frame, f"top{k}", f"Top-{k}")
     for k in PAPER_KS:
         headers += [f"Tied - separate top-{k} ours", "paper"]
     rows = []
@@ -258,7 +265,7 @@ def table3_markdown(frame: pd.DataFrame, scale: str) -> str:
             f"{r['dataset']} ({r['split']}, n={r['n_questions']})",
         ]
         for k in PAPER_KS:
-            row += [r[f"top{k}"], r[f"top{k}_paper"], r[f"top{k}_diff"]]
+            row += [r[f"top{k}"], r[f"top{k}_paper"], *comparison_cell(r, f"top{k}")]
         for k in PAPER_KS:
             row += [r[f"delta_top{k}"], r[f"delta_top{k}_paper"]]
         rows.append(row)
@@ -267,7 +274,7 @@ def table3_markdown(frame: pd.DataFrame, scale: str) -> str:
         "",
         f'Reproduced values ("ours") are computed by this pipeline; paper values are {XMOCO_T3} '
         "(Natural Questions test). Where our dataset differs, compare the tied - separate "
-        "change, not the levels.",
+        "change, not the levels. " + comparison_note(scale, frame),
         "",
         f"Source: {_citation('xmoco')}.",
         "",
@@ -360,6 +367,7 @@ def _cmd_table2(args: argparse.Namespace) -> int:
         train_sets=cfg.get("train_sets"),
         split_equiv=cfg.get("split_equiv"),
     )
+    frame = comparable(frame, scale, groups=["dataset", "split"], tolerance=cfg.get("tolerance"))
     write_csv(frame, args.out)
     if args.md:
         write_text(table2_markdown(frame, scale), args.md)
@@ -370,6 +378,8 @@ def _cmd_table2(args: argparse.Namespace) -> int:
 def _cmd_table3(args: argparse.Namespace) -> int:
     scale = need(args.cfg, "scale")
     frame = table3(read_metrics(args.metrics), scale, need(args.cfg, "variants"))
+    tolerance = args.cfg.get("tolerance")
+    frame = comparable(frame, scale, groups=["dataset", "split"], tolerance=tolerance)
     write_csv(frame, args.out)
     if args.md:
         write_text(table3_markdown(frame, scale), args.md)

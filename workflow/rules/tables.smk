@@ -22,6 +22,7 @@ rule table2:
         cfg=cfg_json(
             {
                 "scale": SCALE,
+                "tolerance": TOLERANCE,
                 "row_map": table2_row_map(),
                 "train_sets": C["train_sets"],
                 "setup": table2_setup(),
@@ -54,6 +55,7 @@ rule table3:
         cfg=cfg_json(
             {
                 "scale": SCALE,
+                "tolerance": TOLERANCE,
                 "variants": {
                     f"dpr.{v}": {
                         **method_variant(C, f"dpr.{v}")["overrides"],

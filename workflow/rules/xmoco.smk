@@ -18,6 +18,7 @@ rule xmoco_table2:
         cfg=cfg_json(
             {
                 "scale": SCALE,
+                "tolerance": TOLERANCE,
                 "row_map": xmoco_table2_row_map(),
                 "train_sets": C["train_sets"],
             }
@@ -41,7 +42,13 @@ rule xmoco_table3:
     conda:
         env()
     params:
-        cfg=cfg_json({"scale": SCALE, "variants": xmoco_table3_variants()}),
+        cfg=cfg_json(
+            {
+                "scale": SCALE,
+                "tolerance": TOLERANCE,
+                "variants": xmoco_table3_variants(),
+            }
+        ),
         code=code("drpipe.xmoco_tables"),
     shell:
         "drpipe tables-xmoco table3 --metrics {input:q} --out {output.csv:q}"
