@@ -412,3 +412,75 @@ def test_a_batch_whose_questions_all_drop_gives_a_zero_loss(corpus, tiny_bert):
     assert float(loss.detach()) == 0.0 and stats["n_questions"] == 0.0
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     assert grads and all(float(g.abs().sum()) == 0.0 for g in grads)
+
+
+def test_sentence_specific_hard_negatives_use_the_mined_sentence(corpus, examples, tiny_bert):
+    # Table 5's DCSR-hard: a hard negative mined by a trained DCSR names the sentence that
+    # checkpoint retrieved; that sentence is the negative, not a random one of its passage.
+    model = build_model(tiny_cfg(tiny_bert), ["<sent>"])
+    pool = examples[:6]
+    mined, wanted = [], {}
+    for ex in pool:
+        first = ex["hard_negative_ctxs"][0]
+        # The second sentence (within the maximum length of the tiny model's passages).
+        pick = min(1, len(_spans(corpus["rows"][first["passage_id"]]["text"])) - 1)
+        wanted[ex["qid"]] = (first["passage_id"], pick)
+        mined.append({**ex, "hard_negative_ctxs": [{**first, "sentence": pick}]})
+    items = list(enumerate(mined))
+    ctx = CollateContext(model=model, seed=5, epoch=0, sample=True, pool=mined)
+    method = _prepared(corpus, mined, in_passage_negatives=0)
+    batch = method.collate(items, ctx)
+    for q, ex in enumerate(mined):
+        unit = int(batch.slot_unit[int(batch.positive[q]) + 1])
+        assert (unit // SENT_SLOTS, unit % SENT_SLOTS) == wanted[ex["qid"]]
+    assert method.counts["train_mined_negative_sentences"] == len(mined)
+    # Across epochs the mined sentence stays (a random draw would move).
+    later = method.collate(items, CollateContext(model=model, seed=5, epoch=3, sample=True,
+                                                 pool=mined))  # fmt: skip
+    assert torch.equal(later.slot_unit[1::2], batch.slot_unit[1::2])
+    # mined_sentences: false reads them as BM25 passages: a random sentence each.
+    plain = _prepared(corpus, mined, in_passage_negatives=0, mined_sentences=False)
+    draws = {
+        int(
+            plain.collate(
+                items, CollateContext(model=model, seed=5, epoch=e, sample=True, pool=mined)
+            ).slot_unit[1]
+        )  # fmt: skip
+        for e in range(6)
+    }
+    assert len(draws) > 1 and plain.counts["train_mined_negative_sentences"] == 0
+    # A mined sentence beyond the maximum length is counted, and a random one stands in.
+    far = [{**mined[0], "hard_negative_ctxs": [{**mined[0]["hard_negative_ctxs"][0],
+                                                "sentence": 999}]}]  # fmt: skip
+    cut = _prepared(corpus, far, in_passage_negatives=0)
+    cut.collate([(0, far[0])], ctx)
+    assert cut.counts["train_mined_sentence_cut"] == 1
+
+
+def test_retrieval_keeps_each_passages_best_sentence():
+    from drpipe.retrieve import best_units, search_passages_units
+
+    # Question 0 retrieves p3/s1, p5/s0, p3/s0, p7/s2; question 1 only p5/s4 then padding.
+    units = np.array(
+        [[3 * SENT_SLOTS + 1, 5 * SENT_SLOTS, 3 * SENT_SLOTS, 7 * SENT_SLOTS + 2],
+         [5 * SENT_SLOTS + 4, -1, -1, -1]]
+    )  # fmt: skip
+    pids = np.array([[5, 3, 7], [5, -1, -1]])
+    assert best_units(units, pids, "sentences").tolist() == [
+        [5 * SENT_SLOTS, 3 * SENT_SLOTS + 1, 7 * SENT_SLOTS + 2],
+        [5 * SENT_SLOTS + 4, -1, -1],
+    ]
+    method = get_method("dcsr", {"sentences_per_passage": 1.0})
+
+    class Index:
+        n = 4
+
+        def search(self, q, depth):
+            scores = np.array([[4.0, 3.0, 2.0, 1.0], [1.0, -np.inf, -np.inf, -np.inf]])
+            return scores[:, :depth], units[:, :depth]
+
+    _, got_pids, got_units = search_passages_units(method, Index(), np.zeros((2, 3)), 4)
+    by_pid = {int(p): int(u) for p, u in zip(got_pids[0], got_units[0], strict=True) if p >= 0}
+    assert by_pid == {3: 3 * SENT_SLOTS + 1, 5: 5 * SENT_SLOTS, 7: 7 * SENT_SLOTS + 2}
+    dpr = get_method("dpr")
+    assert search_passages_units(dpr, Index(), np.zeros((2, 3)), 2)[2] is None

@@ -7,6 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -265,3 +266,39 @@ def args_list(root: Path, tmp_path: Path) -> list[str]:
         "--run", str(root / "run.parquet"), "--passages", str(root / "passages.parquet"),
         "--out", str(tmp_path / "t2.jsonl.gz"),
     ]  # fmt: skip
+
+
+def test_a_sentence_unit_run_names_each_hard_negatives_sentence(squad, mined, tmp_path):
+    # A DCSR checkpoint's run carries each passage's best retrieved sentence (its `unit`);
+    # the mined hard negatives keep it, for DCSR-hard's sentence-specific negatives.
+    from drpipe.runs import RUN_UNITS_SCHEMA, read_run, run_table, write_run
+    from drpipe.units import unit_id
+
+    root, _ = squad
+    table = pq.read_table(root / "run.parquet")
+    qids = list(dict.fromkeys(table.column("qid").to_pylist()))
+    hits = read_run(root / "run.parquet", qids=qids)
+    sentence = {q: [(pid * 7 + i) % 3 for i, pid in enumerate(hits[q][0].tolist())] for q in qids}
+    units = [unit_id(hits[q][0], sentence[q]) for q in qids]
+    unit_run = tmp_path / "dcsr-run.parquet"
+    written = run_table(qids, [hits[q][0] for q in qids], [hits[q][1] for q in qids], units)
+    assert written.schema.equals(RUN_UNITS_SCHEMA)
+    write_run(unit_run, written)
+    # Readers of (qid, rank, pid, score) see the same run.
+    again = read_run(unit_run, qids=qids)
+    assert all((again[q][0] == hits[q][0]).all() for q in qids)
+    records, report = mine(root / "questions.parquet", unit_run, root / "passages.parquet", CFG)
+    assert [r["qid"] for r in records] == [r["qid"] for r in mined[0]]
+    n = 0
+    for rec in records:
+        where = {pid: i for i, pid in enumerate(hits[rec["qid"]][0].tolist())}
+        for ctx in rec["hard_negative_ctxs"]:
+            assert ctx["sentence"] == sentence[rec["qid"]][where[ctx["passage_id"]]]
+            n += 1
+        assert all("sentence" not in c for c in rec["negative_ctxs"] + rec["positive_ctxs"])
+    assert report["hard_negatives_with_sentence"] == n > 0
+    # A BM25 run names no sentence.
+    assert mined[1]["hard_negatives_with_sentence"] == 0
+    assert all("sentence" not in c for r in mined[0] for c in r["hard_negative_ctxs"])
+    with pytest.raises(ValueError, match="one entry per retrieved passage"):
+        run_table(qids[:1], [hits[qids[0]][0]], [hits[qids[0]][1]], [np.zeros(1, np.int64)])

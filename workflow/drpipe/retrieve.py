@@ -39,6 +39,7 @@ from drpipe.errors import InputError
 from drpipe.io import progress, write_json
 from drpipe.qa.datasets import read_questions
 from drpipe.runs import read_run, run_table, write_run
+from drpipe.units import unit_pid
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +104,36 @@ def _prepare(model_dir, queries, cfg):
 def search_passages(method, index, qvecs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` passages [n, k] (pids, scores; padding -1) of each question: the method's
     search depth in units, then its units-to-passages ranking."""
+    pscores, pids, _ = search_passages_units(method, index, qvecs, k)
+    return pscores, pids
+
+
+def search_passages_units(
+    method, index, qvecs: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``search_passages`` and, for a method whose units are not passages, each returned
+    passage's best retrieved unit [n, k] (None for passage-level methods)."""
     depth = min(method.search_depth(k), index.n)
     scores, units = index.search(qvecs, depth)
     pids, pscores = method.units_to_passages(units, scores, k)
-    return pscores, pids
+    if method.corpus_units == "passages":
+        return pscores, pids, None
+    return pscores, pids, best_units(units, pids, method.corpus_units)
+
+
+def best_units(units: np.ndarray, pids: np.ndarray, kind: str) -> np.ndarray:
+    """For each returned passage, its first (so best-scoring) unit in the retrieved list
+    ``units`` [n, depth], ranked best first; -1 where a passage has none (padding)."""
+    owners = unit_pid(units, kind)
+    out = np.full(pids.shape, -1, dtype=np.int64)
+    for i in range(len(pids)):
+        seen, first = np.unique(owners[i], return_index=True)  # first = best: lists are ranked
+        if not len(seen):
+            continue
+        at = np.minimum(np.searchsorted(seen, pids[i]), len(seen) - 1)
+        ok = (pids[i] >= 0) & (seen[at] == pids[i])
+        out[i, ok] = units[i, first[at[ok]]]
+    return out
 
 
 def dense_lists(scores: np.ndarray, pids: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -129,10 +156,12 @@ def retrieve(
     index = _open_index(index_path, cfg)
     method, qids, qvecs = _prepare(model_dir, queries, cfg)
     t0 = time.perf_counter()
-    scores, pids = search_passages(method, index, qvecs, int(cfg["top_k"]))
+    scores, pids, units = search_passages_units(method, index, qvecs, int(cfg["top_k"]))
     search_s = time.perf_counter() - t0
     plist, slist = dense_lists(scores, pids)
-    write_run(out, run_table(qids, plist, slist))
+    # Units ride along with their passages (the same padding mask as the pids).
+    ulist = None if units is None else [u[p >= 0] for u, p in zip(units, pids, strict=True)]
+    write_run(out, run_table(qids, plist, slist, ulist))
     short = sum(1 for p in plist if len(p) < int(cfg["top_k"]))
     report = {
         "method": method.name,

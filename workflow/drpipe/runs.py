@@ -1,7 +1,9 @@
 """Run files: the one reader and writer of the ``qid, rank, pid, score`` Parquet every method emits.
 
 A run holds, per question, its retrieved passages best first: ``rank`` is 1-based and runs
-1..n without gaps or repeats, a pid occurs at most once in a question's list.
+1..n without gaps or repeats, a pid occurs at most once in a question's list. A method that
+retrieves smaller units than passages (DCSR's sentences) adds a ``unit`` column: the passage's
+best-scoring retrieved unit, which a second training round mines as a unit-specific negative.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from drpipe.io import write_parquet
 RUN_SCHEMA = pa.schema(
     [("qid", pa.string()), ("rank", pa.int32()), ("pid", pa.int64()), ("score", pa.float64())]
 )
+
+# The same with each passage's best retrieved unit (methods whose units are not passages).
+RUN_UNITS_SCHEMA = pa.schema([*RUN_SCHEMA, ("unit", pa.int64())])
 
 Hits = tuple[np.ndarray, np.ndarray]  # (pids int64, scores float64), best first
 
@@ -97,27 +102,51 @@ def read_run(
 
 
 def run_table(
-    qids: Sequence[str], pids: Sequence[np.ndarray], scores: Sequence[np.ndarray]
+    qids: Sequence[str],
+    pids: Sequence[np.ndarray],
+    scores: Sequence[np.ndarray],
+    units: Sequence[np.ndarray] | None = None,
 ) -> pa.Table:
-    """Rows ``(qid, rank, pid, score)``, per question in the given order, ranks from 1."""
+    """Rows ``(qid, rank, pid, score[, unit])``, per question in the given order, ranks from 1."""
     lens = [len(p) for p in pids]
     qid_col = np.repeat(np.asarray(qids, dtype=object), lens)
     rank_col = np.concatenate([np.arange(1, n + 1, dtype=np.int32) for n in lens] or [[]])
     cat = np.concatenate(pids) if len(pids) else np.empty(0, np.int64)
     cats = np.concatenate(scores) if len(scores) else np.empty(0)
-    return pa.Table.from_arrays(
-        [
-            pa.array(qid_col, type=pa.string()),
-            pa.array(rank_col.astype(np.int32), type=pa.int32()),
-            pa.array(cat.astype(np.int64), type=pa.int64()),
-            pa.array(cats.astype(np.float64), type=pa.float64()),
-        ],
-        schema=RUN_SCHEMA,
-    )
+    arrays = [
+        pa.array(qid_col, type=pa.string()),
+        pa.array(rank_col.astype(np.int32), type=pa.int32()),
+        pa.array(cat.astype(np.int64), type=pa.int64()),
+        pa.array(cats.astype(np.float64), type=pa.float64()),
+    ]
+    if units is None:
+        return pa.Table.from_arrays(arrays, schema=RUN_SCHEMA)
+    if [len(u) for u in units] != lens:
+        raise ValueError("run_table: units must have one entry per retrieved passage")
+    catu = np.concatenate(units) if len(units) else np.empty(0, np.int64)
+    arrays.append(pa.array(catu.astype(np.int64), type=pa.int64()))
+    return pa.Table.from_arrays(arrays, schema=RUN_UNITS_SCHEMA)
 
 
 def write_run(path: str | Path, table: pa.Table) -> None:
-    """Write a run table atomically; its schema must be ``RUN_SCHEMA``."""
-    if not table.schema.equals(RUN_SCHEMA):
+    """Write a run table atomically; its schema must be ``RUN_SCHEMA`` (or
+    ``RUN_UNITS_SCHEMA``)."""
+    if not (table.schema.equals(RUN_SCHEMA) or table.schema.equals(RUN_UNITS_SCHEMA)):
         raise ValueError(f"run table schema {table.schema} is not RUN_SCHEMA")
     write_parquet(path, table)
+
+
+def read_run_units(
+    path: str | Path, wanted: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], int] | None:
+    """``{(qid, pid): best unit}`` for the ``wanted`` pairs found in a run with a ``unit``
+    column; None when the run has no such column (a passage-level method's or BM25's)."""
+    if "unit" not in pq.read_schema(path).names:
+        return None
+    import pandas as pd
+
+    table = pq.read_table(path, columns=["qid", "pid", "unit"]).to_pandas()
+    want = pd.DataFrame(list(wanted), columns=["qid", "pid"]).astype({"pid": np.int64})
+    found = want.merge(table, on=["qid", "pid"], how="inner")
+    keys = zip(found["qid"], found["pid"].tolist(), strict=True)
+    return dict(zip(keys, found["unit"].tolist(), strict=True))

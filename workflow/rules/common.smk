@@ -1143,7 +1143,9 @@ NOTES = {
     "5": "DPR-hard / DCSR-hard: hard negatives mined by our own trained DPR / DCSR checkpoint "
     "(retrieval over the training questions, top passages without an answer; DCSR's "
     "retrieval ranks passages by Score Normalization over their sentences), then a second "
-    "training round. The paper's DPR-hard is DPR's released adversarial file.",
+    "training round. A DCSR-mined negative is sentence-specific: the sentence of that "
+    "passage the DCSR checkpoint retrieved first (a DPR-mined one: a random sentence of it). "
+    "The paper's DPR-hard is DPR's released adversarial file.",
     "6": "Transfer rows: Δ = transfer - in-domain (the paper prints the drop, in-domain - "
     "transfer, shown negated).",
     "7": "Corpus subsets keep every gold passage of the evaluated questions, then the first "

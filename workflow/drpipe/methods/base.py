@@ -39,6 +39,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+# Re-exported: methods and tests know the unit ids from here.
+from drpipe.units import SENT_SLOTS, UNIT_KINDS, unit_id, unit_pid, unit_sentence  # noqa: F401
+
 
 @dataclass
 class DistContext:
@@ -96,30 +99,6 @@ class CollateContext:
     epoch: int
     sample: bool  # True for training (seeded shuffling), False for deterministic validation
     pool: Sequence[dict] = field(default_factory=list)  # all examples of the split (gold negatives)
-
-
-# One id scheme for units: a sentence is (pid, sentence number) packed into one int64.
-SENT_SLOTS = 1024  # sentences per passage at most (a 100-word passage has a few dozen)
-UNIT_KINDS = ("passages", "sentences")
-
-
-def unit_id(pids: np.ndarray, sents: np.ndarray | None = None) -> np.ndarray:
-    """Unit ids of passages (``sents`` None) or of sentences ``sents`` of passages ``pids``."""
-    pids = np.asarray(pids, dtype=np.int64)
-    if sents is None:
-        return pids
-    sents = np.asarray(sents, dtype=np.int64)
-    if (sents < 0).any() or (sents >= SENT_SLOTS).any():
-        raise ValueError(f"sentence numbers must lie in [0, {SENT_SLOTS})")
-    return pids * SENT_SLOTS + sents
-
-
-def unit_pid(units: np.ndarray, kind: str) -> np.ndarray:
-    """The pid each unit id belongs to (padding ids < 0 stay -1)."""
-    units = np.asarray(units, dtype=np.int64)
-    if kind == "passages":
-        return units
-    return np.where(units >= 0, units // SENT_SLOTS, -1)
 
 
 @dataclass

@@ -20,7 +20,10 @@ Training (sections 3.2.1, 3.2.2 and 4.5), per question:
   length) the question is dropped, as the released ``filter_data`` drops it, and counted.
 - ``bm25_negatives`` (Table 4: 1 or 2): one random sentence from each of that many BM25
   hard-negative passages (shuffled per epoch; ``negative_ctxs`` when there are none and
-  ``hard_negative_fallback``, as DPR's and DCSR's code do).
+  ``hard_negative_fallback``, as DPR's and DCSR's code do). A hard negative mined by a trained
+  DCSR checkpoint (Table 5's DCSR-hard) names the sentence that checkpoint retrieved (its
+  ``sentence``: the passage's best retrieved sentence); with ``mined_sentences`` that sentence
+  is the negative ("sentence-specific hard negatives"), else a random one as for BM25.
 - ``in_passage_negatives`` (0 or 1 in Table 4): random sentences of the positive passage
   without an answer; when the passage has none, "this in-passage negative sentence is
   substituted by another easy negative sentence from the corresponding BM25 negative passage"
@@ -309,6 +312,7 @@ class _Passage:
     title: str
     text: str
     spans: list[tuple[int, int]]
+    sentence: int | None = None  # the sentence a trained checkpoint retrieved (DCSR-hard)
 
 
 COUNTERS = (
@@ -319,6 +323,8 @@ COUNTERS = (
     "negatives_not_in_corpus",
     "train_dropped_positive_cut",  # answer sentences all beyond max length (per batch drawn)
     "train_in_passage_fallbacks",  # in-passage negative replaced by a BM25 sentence
+    "train_mined_negative_sentences",  # hard negatives drawn as the miner's retrieved sentence
+    "train_mined_sentence_cut",  # ... whose sentence lay beyond max length (a random one used)
     "train_questions",
     "train_sentences_cut",  # sentences of training passages beyond max length
 )
@@ -336,6 +342,7 @@ class DCSR(Method):
         "in_passage_negatives": 1,
         "hard_negative_fallback": True,
         "in_passage_skip_adjacent": False,
+        "mined_sentences": True,
         "sentences_per_passage": None,
         "passage_score": "hasans",
         "sentence_pooling": "marker",
@@ -345,6 +352,7 @@ class DCSR(Method):
         "in_passage_negatives": {"type": "integer", "minimum": 0},
         "hard_negative_fallback": {"type": "boolean"},
         "in_passage_skip_adjacent": {"type": "boolean"},
+        "mined_sentences": {"type": "boolean"},
         "sentences_per_passage": {"type": ["number", "null"], "exclusiveMinimum": 0},
         "passage_score": {"enum": list(PASSAGE_SCORES)},
         "sentence_pooling": {"enum": list(SENTENCE_POOLINGS)},
@@ -415,7 +423,8 @@ class DCSR(Method):
         known = self.passages.get(pid)
         if known is None or known[0] != zlib.crc32(text.encode("utf-8")):
             return None
-        return _Passage(pid, ctx.get("title") or "", text, known[1])
+        mined = ctx.get("sentence") if self.cfg["mined_sentences"] else None
+        return _Passage(pid, ctx.get("title") or "", text, known[1], mined)
 
     def _positive(self, ex: dict) -> tuple[_Passage, list[int]] | None:
         """The positive passage and its answer-bearing sentences (DPR's answer matching)."""
@@ -492,7 +501,7 @@ class DCSR(Method):
                 continue
             chosen: list[tuple[int, int]] = [(0, int(rng.choice(in_len)))]  # (passage, sentence)
             bm25_picks = [
-                (b, int(rng.integers(kept[b])))
+                (b, self._negative_sentence(bm25[b - 1], kept[b], rng, ctx.sample))
                 for b in range(1, 1 + min(n_bm25, len(bm25)))
                 if kept[b]  # a BM25 passage whose text the title crowded out has no sentence
             ]
@@ -553,6 +562,20 @@ class DCSR(Method):
             n_questions=len(questions),
             short_negatives=short,
         )
+
+    def _negative_sentence(
+        self, psg: _Passage, kept: int, rng: np.random.Generator, sample: bool
+    ) -> int:
+        """The mined sentence of a hard-negative passage when it has one within the maximum
+        length (counted when cut off), else a random sentence of it."""
+        if psg.sentence is not None:
+            if 0 <= psg.sentence < kept:
+                if sample:
+                    self.counts["train_mined_negative_sentences"] += 1
+                return int(psg.sentence)
+            if sample:
+                self.counts["train_mined_sentence_cut"] += 1
+        return int(rng.integers(kept))
 
     @staticmethod
     def _unit_pid(psg: _Passage) -> int:

@@ -45,7 +45,8 @@ from drpipe.io import (
 )
 from drpipe.qa.datasets import read_questions
 from drpipe.qa.matching import AnswerMatcher, has_answer
-from drpipe.runs import read_run
+from drpipe.runs import read_run, read_run_units
+from drpipe.units import unit_sentence
 
 log = logging.getLogger(__name__)
 
@@ -283,8 +284,14 @@ def mine(
     if missing:
         raise InputError(passages_path, None, f"gold pids {sorted(missing)[:5]} not found")
 
+    # A run of sentence units (a trained DCSR checkpoint) names the best retrieved sentence of
+    # each passage: the hard negative is that sentence (DCSR's "sentence-specific" negatives).
+    best_unit = read_run_units(
+        run_path, [(qid, p) for qid, (_pos, hard) in selected.items() for p in hard]
+    )
     records: list[dict[str, Any]] = []
     n_source = {"gold": 0, "bm25": 0}
+    n_hard_units = 0
     n_hard = n_random = short_hard = short_random = 0
     dataset = conf.dataset or _dataset_name(questions_path)
     # One matcher over the loaded texts: a passage drawn for many questions is prepared once.
@@ -314,6 +321,13 @@ def mine(
             title, text = texts[pid]
             return {"passage_id": pid, "title": title, "text": text, "score": score}
 
+        hard_ctxs = [ctx(p, scores[p]) for p in hard]
+        for c in hard_ctxs:
+            unit = best_unit.get((q.qid, c["passage_id"]), -1) if best_unit else -1
+            if unit >= 0:
+                c["sentence"] = int(unit_sentence(np.array([unit]))[0])
+                n_hard_units += 1
+
         records.append(
             {
                 "dataset": dataset,
@@ -322,7 +336,7 @@ def mine(
                 "answers": q.answers,
                 "positive_ctxs": [ctx(pos, scores.get(pos))],
                 "negative_ctxs": [ctx(p, None) for p in randoms],
-                "hard_negative_ctxs": [ctx(p, scores[p]) for p in hard],
+                "hard_negative_ctxs": hard_ctxs,
             }
         )
     kept = len(records)
@@ -336,6 +350,8 @@ def mine(
         "mean_hard_negatives": n_hard / kept if kept else 0.0,
         "mean_random_negatives": n_random / kept if kept else 0.0,
         "short_of_hard_negatives": short_hard,
+        # Hard negatives that carry the miner's best retrieved sentence (sentence-unit runs).
+        "hard_negatives_with_sentence": n_hard_units,
         "short_of_random_negatives": short_random,
         "config": asdict(conf),
     }
