@@ -110,6 +110,24 @@ def test_table2_has_computed_rows_beside_the_paper(run_dir):
     assert (run_dir / "results/table2.md").read_text().count("|") > 10
 
 
+def test_sentence_unit_runs_carry_each_passages_best_unit(run_dir):
+    # DCSR retrieves sentences: its run names the best one of each passage (the second
+    # training round mines it); a passage-level method's run has no such column.
+    import pyarrow.parquet as pq
+
+    from drpipe.units import unit_pid
+
+    for method in TINY_METHODS:
+        path = run_dir / f"results/runs/{method}/squad/squad-test.parquet"
+        table = pq.read_table(path)
+        kind = method_class(method).corpus_units
+        if kind == "passages":
+            assert "unit" not in table.column_names
+        else:
+            units = table.column("unit").to_numpy()
+            assert (unit_pid(units, kind) == table.column("pid").to_numpy()).all()
+
+
 def test_provenance_traces_inputs_config_code_and_timings(run_dir):
     prov = json.loads((run_dir / "results/provenance.json").read_text())
     assert prov["config"]["corpus"]["documents"][0]["sample_articles"] == 3
