@@ -32,7 +32,9 @@ def snakemake(
     *args: str,
     overlay: dict | None = None,
     check: bool = True,
-    timeout: int = 1200,
+    # Generous: a tiny DAG takes ~5 min on a quiet 2-core box, several times that when the
+    # machine is shared; the bound only stops a hung run.
+    timeout: int = 3600,
     repo: Path = REPO,
     python_path: bool = True,
 ) -> subprocess.CompletedProcess:
