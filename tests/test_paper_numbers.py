@@ -34,7 +34,7 @@ EXPECTED_COUNTS = {
     ("dcsr", "8"): 16,
     ("xmoco", "2"): 90,
     ("xmoco", "3"): 4,
-    ("aopt", "1"): 3,
+    ("aopt", "1"): 6,
     ("aopt", "3"): 69,
 }
 
@@ -137,6 +137,7 @@ def test_other_papers_spot_checks(numbers):
     assert v(numbers, "xmoco", "2", "Multi", "xMoCo+BM25", "squad", "top100") == 79.2
     assert v(numbers, "xmoco", "3", "Single", "xMoCo +tied encoders", "nq", "top20") == 75.4
     assert v(numbers, "aopt", "3", "unspecified", "DPR + AOpt(hybrid)", "nq", "top1") == 57.1
+    assert v(numbers, "aopt", "1", "None", "BM25", "entityquestions", "top20") == 72.0
     assert v(numbers, "aopt", "3", "unspecified", "GAR", "triviaqa", "top5") == 73.1
     # Cells printed as "-" have no row.
     dash = numbers[(numbers["paper"] == "dcsr") & (numbers["method"] == "DPR (DPR-hard)")]
