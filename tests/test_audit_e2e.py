@@ -134,6 +134,11 @@ def test_every_table2_cell_traces_to_the_fetched_inputs(runs, data_mirror):
     assert record["checksum_mismatches"] == []
     assert record["staleness"]["stale_jobs"] == [], record["staleness"]["by_rule"]
     assert record["environment"]["recorded"]["torch"]["version"]
+    # Where the numbers may depend on the builds, each step recorded its own environment.
+    by_rule = {record["steps"][s]["rule"] for s in record["environment"]["per_step"]}
+    assert {"train", "encode", "encode_queries", "build_index", "retrieve", "bm25_index",
+            "bm25_search"} <= by_rule, by_rule  # fmt: skip
+    assert train["environment"]["torch"]["version"] and train["environment"]["cpu"]["flags"]
 
 
 def test_a_config_change_is_reported_stale_per_rule(runs):

@@ -122,6 +122,9 @@ def test_hnsw_dpr_settings_match_flat(real, shuffled, flat, tmp_path):
     out = tmp_path / "hnsw.faiss"
     meta = build_index(shuffled, out, {"type": "hnsw", "hnsw": HNSW_DPR})
     assert meta["params"] == HNSW_DPR
+    # The builds the index depends on, recorded with it (the audit compares them per step).
+    env = meta["environment"]
+    assert env["faiss"]["version"] and env["blas"]["numpy"] and env["cpu"]["flags"]
     assert meta["phi"] == pytest.approx(float((real["vecs"] ** 2).sum(1).max()), rel=1e-5)
     hnsw = DenseIndex.load(out)
     assert hnsw.index.hnsw.efSearch == 128 and hnsw.index.d == real["vecs"].shape[1] + 1

@@ -275,10 +275,16 @@ def read_benchmark(path: Path) -> dict[str, float] | None:
     return {"seconds": num("s"), "max_rss_mb": num("max_rss")}
 
 
-def _report_files(job: Job) -> list[str]:
-    """A job's JSON outputs that describe the step (reports, fetch records, index metadata);
+def _report_files(job: Job, work: Path | None = None) -> list[str]:
+    """A job's JSON outputs that describe the step (reports, fetch records, index metadata),
+    and the ``drpipe_*.json`` metadata inside its directory outputs (a Lucene index, a model);
     metrics files are results, not reports."""
-    return [o for o in job.outputs if o.endswith(".json") and not o.startswith("results/metrics/")]
+    out = [o for o in job.outputs if o.endswith(".json") and not o.startswith("results/metrics/")]
+    if work is not None:
+        for o in job.outputs:
+            if (work / o).is_dir():
+                out += sorted(f"{o}/{m.name}" for m in (work / o).glob("drpipe_*.json"))
+    return out
 
 
 def _compact(report: Any, limit: int = 2000) -> Any:
@@ -306,7 +312,7 @@ def step_summary(lineage: Lineage, job: Job) -> dict[str, Any]:
         timing = {"seconds": round(job.endtime - job.starttime, 3), "max_rss_mb": None}
     reports = {}
     environment = None
-    for rel in _report_files(job):
+    for rel in _report_files(job, work):
         try:
             data = read_json(work / rel)
         except (OSError, ValueError):

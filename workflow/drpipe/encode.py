@@ -323,20 +323,27 @@ def read_query_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
     return [str(q) for q in qids], vecs.astype(np.float32, copy=False)
 
 
+def _environment() -> dict:
+    """The builds vectors may depend on (threads and BLAS kernels: see the audit)."""
+    from drpipe.provenance import environment
+
+    return environment(("cpu", "torch"))
+
+
 def _cmd_encode(args: argparse.Namespace) -> int:
     report = encode_shard(
         args.model, args.passages, args.shard, args.num_shards, args.out, args.cfg,
         sentences=args.sentences,
     )  # fmt: skip
     if args.report:
-        write_json(args.report, report)
+        write_json(args.report, {**report, "environment": _environment()})
     return 0
 
 
 def _cmd_encode_queries(args: argparse.Namespace) -> int:
     report = encode_queries(args.model, args.questions, args.out, args.cfg)
     if args.report:
-        write_json(args.report, report)
+        write_json(args.report, {**report, "environment": _environment()})
     return 0
 
 

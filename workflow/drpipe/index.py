@@ -282,6 +282,13 @@ def _train_sample(shards: Shards, size: int, seed: int) -> np.ndarray:
     return shards.rows(positions)
 
 
+def _environment() -> dict:
+    """The FAISS and BLAS builds an index was built with (the audit compares it per step)."""
+    from drpipe.provenance import environment
+
+    return environment(("cpu", "faiss", "blas"))
+
+
 def build_index(embeddings: Sequence[str | Path], out: str | Path, cfg: dict[str, Any]) -> dict:
     """Build the index ``cfg['type']`` from embedding shards, write it atomically, return its metadata."""
     import faiss
@@ -364,6 +371,7 @@ def build_index(embeddings: Sequence[str | Path], out: str | Path, cfg: dict[str
         "built_on_gpu": on_gpu,
         "faiss_version": faiss.__version__,
         "seed": int(cfg["seed"]),
+        "environment": _environment(),
     }
     with atomic_path(ids_path(out)) as tmp, open(tmp, "wb") as fh:
         np.save(fh, shards.ids)

@@ -423,9 +423,16 @@ def hybrid(
 # CLI
 
 
+def _environment() -> dict:
+    """The FAISS and BLAS builds a search ran on (the audit compares it per step)."""
+    from drpipe.provenance import environment
+
+    return environment(("cpu", "faiss", "blas"))
+
+
 def _cmd_retrieve(args: argparse.Namespace) -> int:
     report = retrieve(args.model, args.queries, args.index, args.out, args.cfg)
-    write_json(args.report, report)
+    write_json(args.report, {**report, "environment": _environment()})
     return 0
 
 
@@ -442,7 +449,7 @@ def _cmd_hybrid(args: argparse.Namespace) -> int:
         args.model, args.queries, args.index, args.embeddings, args.bm25_run, args.out, args.cfg,
         tune,
     )  # fmt: skip
-    write_json(args.report, report)
+    write_json(args.report, {**report, "environment": _environment()})
     return 0
 
 

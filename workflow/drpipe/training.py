@@ -768,7 +768,10 @@ def _train(args: argparse.Namespace) -> int:
         stop_after=args.stop_after,
     )
     if args.report and int(os.environ.get("RANK", "0")) == 0 and "stopped_at_step" not in report:
-        write_json(args.report, report)
+        from drpipe.provenance import environment
+
+        # What the weights may depend on besides config, code and inputs (the audit compares it).
+        write_json(args.report, {**report, "environment": environment(("cpu", "torch"))})
     return 0
 
 
