@@ -88,6 +88,7 @@ use rule encode_queries as encode_released_queries with:
     output:
         vectors="results/qvecs/{run}/{train_set}/{dataset}-train.released.npy",
         ids="results/qvecs/{run}/{train_set}/{dataset}-train.released.ids.npy",
+        report="results/qvecs/{run}/{train_set}/{dataset}-train.released.report.json",
     log:
         "results/logs/encode_queries/{run}/{train_set}/{dataset}-train.released.log",
     benchmark:

@@ -9,6 +9,7 @@ rule encode:
     output:
         vectors="results/embeddings/{run}/{train_set}/shard-{shard}.npy",
         ids="results/embeddings/{run}/{train_set}/shard-{shard}.ids.npy",
+        report="results/embeddings/{run}/{train_set}/shard-{shard}.report.json",
     log:
         "results/logs/encode/{run}/{train_set}/shard-{shard}.log",
     benchmark:
@@ -35,8 +36,8 @@ rule encode:
     shell:
         "drpipe encode --model {input.model:q} --passages {input.passages:q}"
         " {params.sentences} --shard {wildcards.shard:q} --num-shards {params.num_shards}"
-        " --out {output.vectors:q} --cfg {params.cfg:q} {params.opts}"
-        " --threads {threads} 2> {log:q}"
+        " --out {output.vectors:q} --report {output.report:q} --cfg {params.cfg:q}"
+        " {params.opts} --threads {threads} 2> {log:q}"
 
 
 rule encode_queries:
@@ -46,6 +47,7 @@ rule encode_queries:
     output:
         vectors="results/qvecs/{run}/{train_set}/{dataset}-{split}.npy",
         ids="results/qvecs/{run}/{train_set}/{dataset}-{split}.ids.npy",
+        report="results/qvecs/{run}/{train_set}/{dataset}-{split}.report.json",
     log:
         "results/logs/encode_queries/{run}/{train_set}/{dataset}-{split}.log",
     benchmark:
@@ -63,5 +65,5 @@ rule encode_queries:
         code=lambda w: method_code(w.run, "drpipe.encode"),
     shell:
         "drpipe encode-queries --model {input.model:q} --questions {input.questions:q}"
-        " --out {output.vectors:q} --cfg {params.cfg:q} {params.opts}"
-        " --threads {threads} 2> {log:q}"
+        " --out {output.vectors:q} --report {output.report:q} --cfg {params.cfg:q}"
+        " {params.opts} --threads {threads} 2> {log:q}"

@@ -42,6 +42,7 @@ use rule encode as subset_encode with:
     output:
         vectors="results/subsets/{subset}/embeddings/{run}/{train_set}/shard-{shard}.npy",
         ids="results/subsets/{subset}/embeddings/{run}/{train_set}/shard-{shard}.ids.npy",
+        report="results/subsets/{subset}/embeddings/{run}/{train_set}/shard-{shard}.report.json",
     log:
         "results/logs/subset_encode/{subset}/{run}/{train_set}/shard-{shard}.log",
     benchmark:
