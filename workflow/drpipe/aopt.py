@@ -67,6 +67,7 @@ import numpy as np
 from drpipe.cliutil import add_cfg
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, write_json
+from drpipe.provenance import environment
 
 log = logging.getLogger(__name__)
 
@@ -712,13 +713,6 @@ def _read_label_side(args: argparse.Namespace, cfg: dict[str, Any]):
     return pvec, qids, qvecs, labels, report
 
 
-def _environment() -> dict:
-    """The torch build the vectors were optimised with (the audit compares it per step)."""
-    from drpipe.provenance import environment
-
-    return environment(("cpu", "torch"))
-
-
 def _cmd_optimise(args: argparse.Namespace) -> int:
     cfg = merged_cfg(args.cfg, DEFAULT_CFG)
     t0 = time.perf_counter()
@@ -733,7 +727,7 @@ def _cmd_optimise(args: argparse.Namespace) -> int:
     report.update(opt)
     report.update({"side": args.side, "lr": cfg["lr"], "max_epochs": cfg["max_epochs"],
                    "patience": cfg["patience"], "seconds": round(time.perf_counter() - t0, 3)})  # fmt: skip
-    write_json(args.report, {**report, "environment": _environment()})
+    write_json(args.report, {**report, "environment": environment(("cpu", "torch"))})
     log.info("AOpt-%s: %d vectors optimised -> %s", args.side, opt["n_optimised"], args.out[0])
     return 0
 
@@ -751,7 +745,7 @@ def _cmd_linear(args: argparse.Namespace) -> int:
     report["passages_with_positives"] = int(np.unique(labels.p_rows[labels.positive]).size)
     report["passages_with_negatives"] = int(np.unique(labels.p_rows[~labels.positive]).size)
     report["seconds"] = round(time.perf_counter() - t0, 3)
-    write_json(args.report, {**report, "environment": _environment()})
+    write_json(args.report, {**report, "environment": environment(("cpu", "torch"))})
     return 0
 
 
@@ -781,7 +775,7 @@ def _cmd_linear_grid(args: argparse.Namespace) -> int:
     with atomic_path(args.out) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.4f")
     report.update({"grid_points": len(rows), "seconds": round(time.perf_counter() - t0, 3)})
-    write_json(args.report, {**report, "environment": _environment()})
+    write_json(args.report, {**report, "environment": environment(("cpu", "torch"))})
     return 0
 
 

@@ -38,6 +38,7 @@ from drpipe.cliutil import add_cfg
 from drpipe.corpus.passages import iter_passages, num_passages, shard_bounds
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, progress, write_json
+from drpipe.provenance import environment
 from drpipe.qa.datasets import read_questions
 from drpipe.runs import RUN_SCHEMA, write_run
 
@@ -251,7 +252,7 @@ def build_index(passages: str | Path, out: str | Path, cfg: dict[str, Any]) -> d
                 "analyzer": "Anserini DefaultEnglishAnalyzer (porter stemmer, Lucene stopwords)",
                 "jar": anserini_jar(cfg.get("jar")).name,
                 "seconds": round(time.time() - t0, 3),
-                "environment": _environment(),
+                "environment": environment(("cpu", "java")),
             }
             write_json(Path(tmp) / INDEX_META, meta)
     log.info("indexed %d passages into %s in %.1f s", indexed, out, time.time() - t0)
@@ -452,20 +453,13 @@ def _index_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def _environment() -> dict:
-    """The Java runtime and CPU Lucene ran on (the audit compares it per step)."""
-    from drpipe.provenance import environment
-
-    return environment(("cpu", "java"))
-
-
 def _search_cmd(args: argparse.Namespace) -> int:
     for key in ("k1", "b", "hits"):
         if key not in args.cfg:
             raise SystemExit(f"error: --cfg lacks the key '{key}'")
     report = search(args.index, args.questions, args.out, args.cfg, trec=args.trec)
     if args.report:
-        write_json(args.report, {**report, "environment": _environment()})
+        write_json(args.report, {**report, "environment": environment(("cpu", "java"))})
     return 0
 
 

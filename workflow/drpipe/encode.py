@@ -32,6 +32,7 @@ from drpipe.cliutil import add_cfg, add_runtime
 from drpipe.corpus.passages import iter_passages, num_passages, shard_bounds
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, iter_parquet, progress, write_json
+from drpipe.provenance import environment
 
 log = logging.getLogger(__name__)
 
@@ -323,27 +324,20 @@ def read_query_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
     return [str(q) for q in qids], vecs.astype(np.float32, copy=False)
 
 
-def _environment() -> dict:
-    """The builds vectors may depend on (threads and BLAS kernels: see the audit)."""
-    from drpipe.provenance import environment
-
-    return environment(("cpu", "torch"))
-
-
 def _cmd_encode(args: argparse.Namespace) -> int:
     report = encode_shard(
         args.model, args.passages, args.shard, args.num_shards, args.out, args.cfg,
         sentences=args.sentences,
     )  # fmt: skip
     if args.report:
-        write_json(args.report, {**report, "environment": _environment()})
+        write_json(args.report, {**report, "environment": environment(("cpu", "torch"))})
     return 0
 
 
 def _cmd_encode_queries(args: argparse.Namespace) -> int:
     report = encode_queries(args.model, args.questions, args.out, args.cfg)
     if args.report:
-        write_json(args.report, {**report, "environment": _environment()})
+        write_json(args.report, {**report, "environment": environment(("cpu", "torch"))})
     return 0
 
 

@@ -35,6 +35,7 @@ from drpipe.cliutil import add_cfg
 from drpipe.encode import ids_path_for
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, progress, read_json, write_json
+from drpipe.provenance import environment
 
 log = logging.getLogger(__name__)
 
@@ -282,13 +283,6 @@ def _train_sample(shards: Shards, size: int, seed: int) -> np.ndarray:
     return shards.rows(positions)
 
 
-def _environment() -> dict:
-    """The FAISS and BLAS builds an index was built with (the audit compares it per step)."""
-    from drpipe.provenance import environment
-
-    return environment(("cpu", "faiss", "blas"))
-
-
 def build_index(embeddings: Sequence[str | Path], out: str | Path, cfg: dict[str, Any]) -> dict:
     """Build the index ``cfg['type']`` from embedding shards, write it atomically, return its metadata."""
     import faiss
@@ -371,7 +365,7 @@ def build_index(embeddings: Sequence[str | Path], out: str | Path, cfg: dict[str
         "built_on_gpu": on_gpu,
         "faiss_version": faiss.__version__,
         "seed": int(cfg["seed"]),
-        "environment": _environment(),
+        "environment": environment(("cpu", "faiss", "blas")),
     }
     with atomic_path(ids_path(out)) as tmp, open(tmp, "wb") as fh:
         np.save(fh, shards.ids)

@@ -37,6 +37,7 @@ import numpy as np
 from drpipe.cliutil import add_cfg
 from drpipe.errors import InputError
 from drpipe.io import progress, write_json
+from drpipe.provenance import environment
 from drpipe.qa.datasets import read_questions
 from drpipe.runs import read_run, run_table, write_run
 from drpipe.units import unit_pid
@@ -423,16 +424,9 @@ def hybrid(
 # CLI
 
 
-def _environment() -> dict:
-    """The FAISS and BLAS builds a search ran on (the audit compares it per step)."""
-    from drpipe.provenance import environment
-
-    return environment(("cpu", "faiss", "blas"))
-
-
 def _cmd_retrieve(args: argparse.Namespace) -> int:
     report = retrieve(args.model, args.queries, args.index, args.out, args.cfg)
-    write_json(args.report, {**report, "environment": _environment()})
+    write_json(args.report, {**report, "environment": environment(("cpu", "faiss", "blas"))})
     return 0
 
 
@@ -449,7 +443,7 @@ def _cmd_hybrid(args: argparse.Namespace) -> int:
         args.model, args.queries, args.index, args.embeddings, args.bm25_run, args.out, args.cfg,
         tune,
     )  # fmt: skip
-    write_json(args.report, {**report, "environment": _environment()})
+    write_json(args.report, {**report, "environment": environment(("cpu", "faiss", "blas"))})
     return 0
 
 

@@ -140,12 +140,19 @@ def comparable(
     return out
 
 
+def _tolerance(frame: pd.DataFrame | None) -> float | None:
+    """The tolerance ``comparable`` recorded in a paper-scale table, if any."""
+    if frame is None or "diff_tolerance" not in frame.columns or not len(frame):
+        return None
+    return float(frame["diff_tolerance"].iloc[0])
+
+
 def comparison_headers(frame: pd.DataFrame, base: str, label: str) -> list[str]:
     """The header of the column a Markdown table prints after a paper value (see
     ``comparison_cell``): the difference at the paper scale, the two ranks below it."""
     if f"{base}_diff" in frame.columns:
-        tol = frame["diff_tolerance"].iloc[0] if "diff_tolerance" in frame.columns else None
-        return [f"{label} diff" + (f" (±{tol:g})" if tol is not None and len(frame) else "")]
+        tol = _tolerance(frame)
+        return [f"{label} diff" + (f" (±{tol:g})" if tol is not None else "")]
     if f"{base}_rank" in frame.columns:
         return [f"{label} rank ours/paper"]
     return []
@@ -189,10 +196,8 @@ def ordering(frame: pd.DataFrame, base: str, label: str = "method") -> str:
 def comparison_note(scale: str, tolerance_frame: pd.DataFrame | None = None) -> str:
     """The header sentence that says what the column after each paper value means."""
     if scale == PAPER_SCALE:
-        tol = DEFAULT_TOLERANCE
-        frame = tolerance_frame
-        if frame is not None and "diff_tolerance" in frame.columns and len(frame):
-            tol = float(frame["diff_tolerance"].iloc[0])
+        tol = _tolerance(tolerance_frame)
+        tol = DEFAULT_TOLERANCE if tol is None else tol
         return (
             f"diff = ours - paper; 'ok' when within ±{tol:g} points (tables.paper_tolerance), "
             "'outside' otherwise."
@@ -311,7 +316,7 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
     ``field_weights``, ``hybrid_lambda``, ``hybrid_grid``, ``training`` (method -> epochs,
     batch_size) and ``validation`` (train set -> ``dev`` or the held-out fraction)."""
     notes: dict[str, str] = {}
-    if scale != "paper":
+    if scale != PAPER_SCALE:
         notes["scale"] = (
             f"Scale `{scale}`: a corpus of thousands of passages (README, 'Scales') instead "
             f"of 21M Wikipedia passages, and the encoder {setup.get('encoder', '?')} instead of "

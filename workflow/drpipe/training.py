@@ -62,6 +62,7 @@ import numpy as np
 from drpipe.cliutil import add_cfg, add_runtime, need
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, progress, write_json
+from drpipe.provenance import environment
 from drpipe.qa.mining import CTX_LISTS, read_biencoder
 
 log = logging.getLogger(__name__)
@@ -768,8 +769,6 @@ def _train(args: argparse.Namespace) -> int:
         stop_after=args.stop_after,
     )
     if args.report and int(os.environ.get("RANK", "0")) == 0 and "stopped_at_step" not in report:
-        from drpipe.provenance import environment
-
         # What the weights may depend on besides config, code and inputs (the audit compares it).
         write_json(args.report, {**report, "environment": environment(("cpu", "torch"))})
     return 0

@@ -325,7 +325,7 @@ def mine(
         for c in hard_ctxs:
             unit = best_unit.get((q.qid, c["passage_id"]), -1) if best_unit else -1
             if unit >= 0:
-                c["sentence"] = int(unit_sentence(np.array([unit]))[0])
+                c["sentence"] = int(unit_sentence(unit))
                 n_hard_units += 1
 
         records.append(
