@@ -85,7 +85,7 @@ def model_dir(path: Path):
     return bi
 
 
-def encoding_pass(tmp: Path, passages: Path, n_total: int) -> dict:
+def encoding_pass(tmp: Path, passages: Path, questions: Path, n_total: int) -> dict:
     """Seconds to encode the first N_ENCODE passages, scaled to the corpus; and the encoder's
     mean passage and question norms (the stand-in vectors' scale)."""
     import pyarrow.parquet as pq
@@ -102,7 +102,7 @@ def encoding_pass(tmp: Path, passages: Path, n_total: int) -> dict:
     encode_shard(tmp / "model", tmp / "sample.parquet", 0, 1, tmp / "s.npy", cfg, model=bi)
     seconds = time.perf_counter() - t0
     pnorm = float(np.linalg.norm(np.load(tmp / "s.npy"), axis=1).mean())
-    qs = [q["question"] for q in read_questions(tmp / "questions.parquet")[:N_ENCODE]]
+    qs = [q["question"] for q in read_questions(questions)[:N_ENCODE]]
     device = select_device()
     qv = encode_texts(bi.query.to(device), bi.tokenizer, qs, batch_size=128, max_length=64,
                       bf16=use_bf16("auto", device), device=device)  # fmt: skip
@@ -268,7 +268,7 @@ def main() -> None:
         import pyarrow.parquet as pq
 
         n = pq.ParquetFile(passages).metadata.num_rows
-        enc = encoding_pass(tmp, passages, n)
+        enc = encoding_pass(tmp, passages, questions, n)
         print(f"encoding: {enc['passages_per_second']} passages/s -> "
               f"{enc['corpus_seconds_extrapolated']} s for {n} passages", flush=True)  # fmt: skip
         if args.results:

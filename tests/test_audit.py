@@ -213,6 +213,21 @@ def test_changed_input_bytes_are_reported(run_a, tmp_path):
     assert "input newer than output" in record["staleness"]["by_rule"]["evaluate"]["reasons"]
 
 
+def test_records_of_deleted_files_are_set_aside_and_a_moved_folder_is_named(run_a, tmp_path):
+    # Snakemake keeps a deleted file's metadata record: the audit must not read the file.
+    work = _copy(run_a, tmp_path / "pruned")
+    (work / "results/table.csv").unlink()
+    record = A.audit(work / "results", staleness_args=None)
+    assert record["records_without_file"] == ["results/table.csv"]
+    assert record["tables"] == {} and record["cells"] == []
+    assert "1 Snakemake records name files that no longer exist" in A.render_markdown(record)
+    # A renamed results folder keeps its records under the old name: a clear error.
+    (work / "results").rename(work / "results.old")
+    (work / "results").mkdir()
+    with pytest.raises(SystemExit, match=r"results.old.*no Snakemake record names a file"):
+        A.audit(work / "results.old", staleness_args=None)
+
+
 def test_identical_copies_compare_identical(run_a, tmp_path):
     work = _copy(run_a, tmp_path / "b")
     cmp = A.compare_runs(run_a / "results", work / "results")

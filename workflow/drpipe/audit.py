@@ -176,6 +176,11 @@ class Lineage:
     def __init__(self, workdir: str | Path):
         self.workdir = Path(workdir)
         self.records = read_metadata(self.workdir)
+        # Snakemake keeps a file's record after the file is deleted or moved: such a record
+        # describes no file to audit, so it is set aside (and counted in the audit).
+        self.vanished = sorted(o for o in self.records if not (self.workdir / o).exists())
+        for out in self.vanished:
+            del self.records[out]
         grouped: dict[tuple, list[str]] = defaultdict(list)
         for out, rec in self.records.items():
             grouped[(rec["rule"], rec.get("job_hash"), rec.get("shellcmd"))].append(out)
@@ -1083,10 +1088,17 @@ def audit(
     from drpipe.provenance import environment
 
     lineage = Lineage(results.parent)
-    if not lineage.jobs:
+    if not lineage.jobs and not lineage.vanished:
         raise SystemExit(
             f"error: no Snakemake metadata under {results.parent / '.snakemake' / 'metadata'}: "
             "audit a results folder inside the working directory Snakemake ran in"
+        )
+    if not any(Path(o).parts[0] == results.name for o in lineage.records):
+        raise SystemExit(
+            f"error: {results}: no Snakemake record names a file in this folder (records of "
+            f"existing files: {len(lineage.records)}, of files gone: {len(lineage.vanished)}); "
+            "a moved or renamed results folder keeps its records under its old name: audit the "
+            "folder Snakemake wrote, and compare another one with --against"
         )
     tables = {}
     cells = []
@@ -1117,6 +1129,7 @@ def audit(
             "audit_machine": environment(("cpu", "torch", "faiss", "blas")),
         },
         "tolerance": tol or TOLERANCE,
+        "records_without_file": lineage.vanished,
     }
     claims = results / "claims.csv"
     if claims.is_file():
@@ -1182,6 +1195,11 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
         f"{len(record['inputs'])} fetched inputs; "
         f"{len(record['checksum_mismatches'])} differ from their recorded checksums."
     )
+    if record.get("records_without_file"):
+        lines.append(
+            f"{len(record['records_without_file'])} Snakemake records name files that no longer "
+            "exist (deleted or moved since): set aside, listed in audit.json."
+        )
     st = record.get("staleness")
     if st is not None:
         n = len(st["stale_jobs"])
