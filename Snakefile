@@ -26,11 +26,18 @@ include: "workflow/rules/encode.smk"
 include: "workflow/rules/index.smk"
 include: "workflow/rules/retrieve.smk"
 include: "workflow/rules/evaluate.smk"
-include: "workflow/rules/tables.smk"
-include: "workflow/rules/aopt.smk"
 include: "workflow/rules/subsets.smk"
-include: "workflow/rules/dcsr.smk"
-include: "workflow/rules/xmoco.smk"
+
+
+# Each registered paper's rules (workflow/drpipe/papers/<paper>/rules.smk), before the shared
+# Table 2: papers add their rows to it.
+for _paper in papers():
+    if _paper.file("rules.smk"):
+
+        include: _paper.file("rules.smk")
+
+
+include: "workflow/rules/tables.smk"
 include: "workflow/rules/audit.smk"
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from cli_util import run_cli
 
-from drpipe import aopt_tables
+from drpipe.papers.aopt import tables as aopt_tables
 
 ORACLE = "uses the test answers (oracle)"
 ROWS = {

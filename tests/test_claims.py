@@ -150,7 +150,8 @@ def test_claim_sentences_are_quoted_from_the_papers():
 
 
 def test_bad_claims_name_the_claim_and_key():
-    doc = yaml.safe_load((REPO / "workflow/drpipe/claims.yaml").read_text())
+    defaults, claims = C.load_claims()
+    doc = {"defaults": defaults, "claims": claims}
     bad = copy.deepcopy(doc)
     bad["claims"][0]["expect"] = "bigger"
     with pytest.raises(InputError, match="dpr_t2_bm25_beats_dpr_on_squad.*expect"):

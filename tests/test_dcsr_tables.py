@@ -10,16 +10,15 @@ import pyarrow.parquet as pq
 import pytest
 from cli_util import run_cli, run_corpus
 
-from drpipe.dcsr_tables import (
+from drpipe.papers.dcsr.tables import (
     comparison,
     comparison_markdown,
     figure4_curves,
     paper_only_rows,
-    parse_subset,
-    subset_pids,
     vectors_per_passage,
 )
-from drpipe.paper_numbers import load_paper_numbers
+from drpipe.papers.numbers import load_paper_numbers
+from drpipe.subsets import parse_subset, subset_pids
 
 SQUAD_DEV = "squad/squad-dev-v1.1.reconstructed.json.gz"
 

@@ -134,25 +134,27 @@ def test_code_hash_follows_imports_and_declared_package_data(tmp_path):
                 not in ("__init__", "base", "dpr")}  # fmt: skip
     retrieve = {str(p.relative_to(PKG)) for p in closure(["drpipe.retrieve"])}
     assert "runs.py" in retrieve
-    tables = {str(p.relative_to(PKG)) for p in closure(["drpipe.tables"])}
-    assert "paper_numbers/dpr.csv" in tables
+    table2 = ["drpipe.tables.table2", "drpipe.papers.dpr"]
+    tables = {str(p.relative_to(PKG)) for p in closure(table2)}
+    assert "papers/dpr/numbers.csv" in tables
 
     root = _package_copy(tmp_path)
     train = ["drpipe.training", "drpipe.methods.dpr"]
-    before = {e: code_hash([e], root) for e in ("drpipe.retrieve", "drpipe.tables")}
+    before = {e: code_hash([e], root) for e in ("drpipe.retrieve",)}
+    before["tables"] = code_hash(table2, root)
     before["train"] = code_hash(train, root)
     # A new method module changes no hash of DPR's jobs.
     (root / "methods" / "newmethod.py").write_text("from drpipe.methods.dpr import DPR\n")
     assert code_hash(train, root) == before["train"]
     # A new subcommand module listed in the dispatcher reruns nothing.
     cli = root / "cli.py"
-    cli.write_text(cli.read_text().replace('"drpipe.tables",', '"drpipe.tables",\n    "drpipe.x",'))
+    cli.write_text(cli.read_text().replace('"drpipe.subsets",', '"drpipe.subsets",\n    "drpipe.x",'))
     assert '"drpipe.x"' in cli.read_text()
     assert code_hash(train, root) == before["train"]
     # A changed paper number reruns the tables.
-    csv = root / "paper_numbers" / "dpr.csv"
+    csv = root / "papers" / "dpr" / "numbers.csv"
     csv.write_text(csv.read_text().replace("68.8", "68.9", 1))
-    assert code_hash(["drpipe.tables"], root) != before["drpipe.tables"]
+    assert code_hash(table2, root) != before["tables"]
     # A changed runs.py reruns what reads runs.
     (root / "runs.py").write_text((root / "runs.py").read_text() + "\n# changed\n")
     assert code_hash(["drpipe.retrieve"], root) != before["drpipe.retrieve"]

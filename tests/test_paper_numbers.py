@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from drpipe.errors import InputError
-from drpipe.paper_numbers import (
+from drpipe.papers.numbers import (
     COLUMNS,
     _validate,
     load_paper_numbers,

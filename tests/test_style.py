@@ -23,7 +23,8 @@ def test_ruff_check_and_format():
 
 
 def test_snakefmt_clean():
-    proc = _run(str(BIN / "snakefmt"), "--check", "Snakefile", "workflow/rules")
+    papers = sorted(str(p) for p in (REPO / "workflow/drpipe/papers").glob("*/rules.smk"))
+    proc = _run(str(BIN / "snakefmt"), "--check", "Snakefile", "workflow/rules", *papers)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -11,14 +11,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from drpipe import tables
+from drpipe.papers.dpr import tables as dpr_tables
+from drpipe.tables import compare, metrics, table2
 from drpipe.errors import InputError
 
 ROW_MAP = {
-    "bm25": {"method": "BM25", "training": "None"},
-    "init": {"method": "DPR init (no fine-tuning)", "training": "None"},
-    "dpr": {"method": "DPR"},
-    "dpr+bm25": {"method": "BM25+DPR"},
+    "bm25": {"method": "BM25", "training": "None", "paper": "dpr"},
+    "init": {"method": "DPR init (no fine-tuning)", "training": "None", "paper": "dpr"},
+    "dpr": {"method": "DPR", "paper": "dpr"},
+    "dpr+bm25": {"method": "BM25+DPR", "paper": "dpr"},
 }
 
 
@@ -29,13 +30,15 @@ def metric(method, train_set, dataset="squad", split="dev", n=10570, top=(30.0, 
         "dataset": dataset,
         "split": split,
         "n_questions": n,
-        "top_k": {str(k): v for k, v in zip(tables.KS, top, strict=True)},
+        "top_k": {str(k): v for k, v in zip(metrics.KS, top, strict=True)},
     }
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()
-    tables.register(p.add_subparsers(dest="command", required=True))
+    sub = p.add_subparsers(dest="command", required=True)
+    table2.register(sub)
+    dpr_tables.register(sub)
     return p
 
 
@@ -51,7 +54,7 @@ def test_table2_rows_paper_values_and_diffs():
         metric("init", None, top=(1.0, 3.0, 8.0, 20.0)),
         metric("dpr+bm25", "squad", top=(36.0, 57.0, 72.5, 82.0)),
     ]
-    frame = tables.table2(metrics, "mini", ROW_MAP)
+    frame = table2.table2(metrics, "mini", ROW_MAP)
     assert list(frame[["training", "method"]].itertuples(index=False, name=None)) == [
         ("None", "BM25"),
         ("None", "DPR init (no fine-tuning)"),
@@ -89,7 +92,7 @@ def test_table2_multi_and_split_equivalence():
         metric("dpr", "nq+triviaqa+wq+trec", dataset="nq", split="dev", n=8757),
         metric("dpr", "multi", dataset="squad", split="dev"),
     ]
-    frame = tables.table2(metrics, "paper", ROW_MAP, train_sets={"multi": ["nq", "trec"]})
+    frame = table2.table2(metrics, "paper", ROW_MAP, train_sets={"multi": ["nq", "trec"]})
     assert len(frame) == 1
     row = frame.iloc[0]
     assert (row["training"], row["method"]) == ("Multi", "DPR")
@@ -103,17 +106,17 @@ def test_table2_multi_and_split_equivalence():
         "split_squad",
     ]
     # With the equivalence switched off, squad dev gets no paper value.
-    frame = tables.table2(metrics[2:], "paper", ROW_MAP, split_equiv={})
+    frame = table2.table2(metrics[2:], "paper", ROW_MAP, split_equiv={})
     assert math.isnan(frame.iloc[0]["squad_top20_paper"])
 
 
 def test_table2_rejects_unmapped_and_duplicate_rows():
     with pytest.raises(SystemExit, match="row_map has no entry for method 'xmoco'"):
-        tables.table2([metric("xmoco", "squad")], "mini", ROW_MAP)
+        table2.table2([metric("xmoco", "squad")], "mini", ROW_MAP)
     with pytest.raises(ValueError, match="two metrics for Table 2 row"):
-        tables.table2([metric("dpr", "squad"), metric("dpr", "squad")], "mini", ROW_MAP)
+        table2.table2([metric("dpr", "squad"), metric("dpr", "squad")], "mini", ROW_MAP)
     with pytest.raises(SystemExit, match="no 'training'"):
-        tables.table2([metric("dpr", None)], "mini", ROW_MAP)
+        table2.table2([metric("dpr", None)], "mini", ROW_MAP)
 
 
 def test_metrics_validation_names_file_and_key(tmp_path):
@@ -122,10 +125,10 @@ def test_metrics_validation_names_file_and_key(tmp_path):
     path = tmp_path / "m.json"
     path.write_text(json.dumps(bad))
     with pytest.raises(InputError, match=r"m\.json, top_k\.20: expected a number"):
-        tables.read_metrics([path])
+        metrics.read_metrics([path])
     bad = metric("dpr", "squad", top=(1.0, 2.0, 300.0, 4.0))
     with pytest.raises(InputError, match="not a percentage"):
-        tables.check_metrics(bad, "x.json")
+        metrics.check_metrics(bad, "x.json")
 
 
 def test_table2_cli_writes_rounded_csv_and_markdown(tmp_path):
@@ -202,13 +205,13 @@ def test_comparable_ranks_within_groups_and_keeps_ties():
             "top1_diff": [10.0, 15.0, None, 29.0, 10.0],
         }
     )
-    out = tables.comparable(frame, "squad", groups=["protocol"])
+    out = compare.comparable(frame, "squad", groups=["protocol"])
     assert list(out.columns) == ["protocol", "top1", "top1_paper", "top1_rank", "top1_paper_rank"]
     assert out["top1_rank"].tolist() == [2, 1, pd.NA, 1, 2]  # oracle rows ranked apart
     assert out["top1_paper_rank"].tolist() == [2, 1, pd.NA, 2, 1]
-    tied = tables.comparable(frame.assign(top1=[60.0] * 5), "mini", groups=["protocol"])
+    tied = compare.comparable(frame.assign(top1=[60.0] * 5), "mini", groups=["protocol"])
     assert tied["top1_rank"].tolist()[:2] == [1, 1]
-    paper = tables.comparable(frame, "paper", tolerance=10.0)
+    paper = compare.comparable(frame, "paper", tolerance=10.0)
     assert paper["top1_within_tol"].tolist() == [True, False, pd.NA, False, True]
     assert (paper["diff_tolerance"] == 10.0).all()
 
@@ -229,7 +232,7 @@ def test_table3_builder_and_markdown():
         metric("random7", "squad", top=(10.0, 40.0, 60.0, 70.0)),
         metric("no_paper", "squad"),
     ]
-    frame = tables.table3(metrics, "squad", VARIANTS)
+    frame = dpr_tables.table3(metrics, "squad", VARIANTS)
     assert list(frame["variant"]) == ["random7", "gold_bm25_1", "no_paper"]
     row = frame.set_index("variant").loc["gold_bm25_1"]
     assert (row["top5"], row["top5_paper"], row["top5_diff"]) == (66.0, 65.0, 1.0)
@@ -242,7 +245,7 @@ def test_table3_builder_and_markdown():
     )
     assert bool(row["in_batch"]) and row["hard_negatives"] == 1
     assert frame.set_index("variant").loc["no_paper", ["top5_paper", "top100_diff"]].isna().all()
-    rendered = tables.table3_markdown(frame, "squad")
+    rendered = dpr_tables.table3_markdown(frame, "squad")
     assert "scale `squad`" in rendered and "squad/dev" in rendered
     assert "Natural Questions dev" in rendered
     assert (
@@ -255,11 +258,11 @@ def test_table3_rejects_bad_config_and_unmatched_metrics():
     bad = {"v": {"negative_type": "gold", "hard_negatives": 1, "in_batch": True,
                  "paper_method": "Gold #N=9 IB"}}  # fmt: skip
     with pytest.raises(SystemExit, match="not a row of DPR Table 3"):
-        tables.table3([], "mini", bad)
+        dpr_tables.table3([], "mini", bad)
     with pytest.raises(SystemExit, match="lacks the key 'in_batch'"):
-        tables.table3([], "mini", {"v": {"negative_type": "gold", "hard_negatives": 0}})
+        dpr_tables.table3([], "mini", {"v": {"negative_type": "gold", "hard_negatives": 0}})
     with pytest.raises(ValueError, match="match no variant"):
-        tables.table3([metric("bm25", None)], "mini", VARIANTS)
+        dpr_tables.table3([metric("bm25", None)], "mini", VARIANTS)
 
 
 def write_ranks(path, ranks):
@@ -273,7 +276,7 @@ def write_ranks(path, ranks):
 
 def test_topk_curve_counts_misses():
     ranks = pd.Series([1, 3, None, 100, 2], dtype=float)
-    curve = tables.topk_curve(ranks, 100)
+    curve = metrics.topk_curve(ranks, 100)
     assert curve.loc[1] == 20.0 and curve.loc[2] == 40.0 and curve.loc[3] == 60.0
     assert curve.loc[99] == 60.0 and curve.loc[100] == 80.0
     assert len(curve) == 100
@@ -298,7 +301,7 @@ def test_figure1_cli_writes_png_and_curves(tmp_path):
 def test_figure1_rejects_bad_ranks(tmp_path):
     bad = write_ranks(tmp_path / "bad.parquet", [1, 0])
     with pytest.raises(InputError, match=r"bad\.parquet, qid q1: first_hit_rank 0 < 1"):
-        tables.read_first_hit_ranks(bad)
+        metrics.read_first_hit_ranks(bad)
     with pytest.raises(SystemExit, match="2 --per-question files but 1 --labels"):
         run_cli(["tables", "figure1", "--per-question", str(bad), str(bad), "--labels", "x",
                  "--out", str(tmp_path / "f.png"), "--cfg", '{"scale": "mini"}'])  # fmt: skip
@@ -327,14 +330,15 @@ AOPT_ROW_MAP = {
     **ROW_MAP,
     "aopt-leakfree-passage-r1": {
         "method": "DPR + AOpt(passage)", "training": "Single", "protocol": "leak-free",
+        "paper": "aopt",
     },
     "aopt-oracle-passage-r1": {
         "method": "DPR + AOpt(passage)", "training": "Single",
-        "protocol": "uses the test answers (oracle)",
+        "protocol": "uses the test answers (oracle)", "paper": "aopt",
     },
     "aopt-oracle-hybrid-r1": {
         "method": "DPR + AOpt(hybrid)", "training": "Single",
-        "protocol": "uses the test answers (oracle)",
+        "protocol": "uses the test answers (oracle)", "paper": "aopt",
     },
 }  # fmt: skip
 
@@ -347,7 +351,7 @@ def test_table2_aopt_rows_keep_their_protocol_apart():
         metric("bm25", None),
         metric("aopt-oracle-hybrid-r1", "nq", "nq", split="test", n=3610, top=(1.0, 2.0, 3.0, 4.0)),
     ]
-    frame = tables.table2(metrics, "mini", AOPT_ROW_MAP)
+    frame = table2.table2(metrics, "mini", AOPT_ROW_MAP)
     assert list(frame[["method", "protocol"]].itertuples(index=False, name=None)) == [
         ("BM25", "standard"),
         ("DPR", "standard"),
@@ -363,12 +367,12 @@ def test_table2_aopt_rows_keep_their_protocol_apart():
     assert oracle["nq_top1_paper"] == 57.1 and oracle["nq_top1_diff"] == pytest.approx(-56.1)
     assert "AOpt" in oracle["source"] and "oracle" in oracle["source"]
     assert math.isnan(by.loc[("DPR + AOpt(passage)", "leak-free"), "squad_top20_paper"])
-    md = tables.table2_markdown(frame, "mini")
+    md = table2.table2_markdown(frame, "mini")
     head, block = md.split("## Oracle rows: they use the test answers (oracle)")
     assert "| Single | DPR + AOpt(passage) | leak-free | squad |" in head
     assert "oracle) |" not in head and block.count("| Single | DPR + AOpt(") == 2
     with pytest.raises(ValueError, match="two metrics"):
-        tables.table2([metrics[0], metrics[0]], "mini", AOPT_ROW_MAP)
+        table2.table2([metrics[0], metrics[0]], "mini", AOPT_ROW_MAP)
 
 
 SETUP = {

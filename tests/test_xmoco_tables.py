@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from cli_util import run_cli
 
-from drpipe import xmoco_tables
-from drpipe.tables import KS
+from drpipe.papers.xmoco import tables as xmoco_tables
+from drpipe.tables.metrics import KS
 
 ROW_MAP = {
     "bm25": {"method": "BM25", "training": "None"},

@@ -1,7 +1,7 @@
 """The papers' claims, tested with paired statistics over the same questions.
 
-Claims are data (``claims.yaml``, package data): each names the paper, the sentence it comes
-from, two systems, a top-k metric and the expected direction. ``resolve_claims`` turns the
+Claims are data (each paper's ``papers/<paper>/claims.yaml``; the format and shared defaults
+in ``claims.yaml``): each names the paper, the sentence it comes from, two systems, a top-k metric and the expected direction. ``resolve_claims`` turns the
 systems into runs of a config (a run, train set, dataset and split, i.e. one per-question file
 of ``drpipe evaluate``), or into the reason a claim cannot be tested. ``evaluate_claims`` reads the
 per-question first-hit ranks of both systems, pairs them by question and computes
@@ -38,11 +38,12 @@ import yaml
 from drpipe.cliutil import add_cfg
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, read_json
+from drpipe.papers import papers
 
 log = logging.getLogger(__name__)
 
 # Read at run time: part of the code hash of every rule that imports this module.
-PACKAGE_DATA = ("claims.yaml",)
+PACKAGE_DATA = ("claims.yaml", "papers/*/claims.yaml")
 EXPECT = ("greater", "less", "not_greater")
 VERDICTS = ("holds", "reversed", "not significant", "not tested")
 NO_TRAINING = ("bm25", "init")  # runs that are not trained: train set "none"
@@ -145,9 +146,23 @@ def validate_claims(doc: Any, where: str = "drpipe/claims.yaml") -> tuple[dict, 
 
 
 def load_claims() -> tuple[dict, list[dict]]:
-    """The claims declared in the package's ``claims.yaml``."""
+    """The shared defaults (``claims.yaml``) and every registered paper's claims, papers in
+    registry order; each claim's ``paper`` must be the folder it is declared in."""
     text = resources.files("drpipe").joinpath("claims.yaml").read_text(encoding="utf-8")
-    return validate_claims(yaml.safe_load(text))
+    doc = {"defaults": (yaml.safe_load(text) or {}).get("defaults"), "claims": []}
+    for p in papers():
+        path = p.file("claims.yaml")
+        if path is None:
+            continue
+        where = f"drpipe/papers/{p.key}/claims.yaml"
+        claims = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("claims")
+        if not isinstance(claims, list):
+            raise InputError(where, None, "expected a mapping with a 'claims' list")
+        for claim in claims:
+            if isinstance(claim, dict) and claim.get("paper") != p.key:
+                raise InputError(where, f"claim {claim.get('id')}", f"paper is not '{p.key}'")
+        doc["claims"] += claims
+    return validate_claims(doc)
 
 
 # --------------------------------------------------------------------------- systems -> runs

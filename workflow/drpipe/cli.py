@@ -9,9 +9,11 @@ import sys
 from drpipe.cliutil import merge_threads
 from drpipe.errors import InputError
 from drpipe.io import setup_logging
+from drpipe.papers import papers
 
 # Each module defines ``register(subparsers)`` adding its subcommands, each with
 # ``set_defaults(func=...)``. Imports of heavy libraries (torch, faiss) stay inside handlers.
+# Each paper's commands come from the registry (drpipe.papers), after these.
 MODULES = [
     "drpipe.download",
     "drpipe.corpus.cli",
@@ -23,11 +25,9 @@ MODULES = [
     "drpipe.index",
     "drpipe.retrieve",
     "drpipe.evaluate",
-    "drpipe.tables",
+    "drpipe.subsets",
+    "drpipe.tables.table2",
     "drpipe.aopt",
-    "drpipe.aopt_tables",
-    "drpipe.dcsr_tables",
-    "drpipe.xmoco_tables",
     "drpipe.provenance",
     "drpipe.claims",
     "drpipe.audit",
@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="drpipe", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in MODULES:
+    for name in MODULES + [p.commands for p in papers() if p.commands]:
         importlib.import_module(name).register(sub)
     return parser
 

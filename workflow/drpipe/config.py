@@ -13,6 +13,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from drpipe.papers import papers
+
 
 class ConfigError(ValueError):
     pass
@@ -100,6 +102,31 @@ def with_methods(schema: dict) -> dict:
     return schema
 
 
+def merge_schema(base: dict, fragment: dict) -> dict:
+    """``base`` with a schema ``fragment`` merged in: mappings merge, ``required`` lists join,
+    anything else given twice is an error (two papers claiming one key)."""
+    out = copy.deepcopy(base)
+    for key, value in fragment.items():
+        if key == "required":
+            out[key] = list(dict.fromkeys([*out.get(key, []), *value]))
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_schema(out[key], value)
+        elif key in out and out[key] != value:
+            raise ConfigError(f"config schema: key '{key}' is defined twice")
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def with_papers(schema: dict) -> dict:
+    """``schema`` with each registered paper's block (``papers/<paper>/schema.yaml``)."""
+    for p in papers():
+        path = p.file("schema.yaml")
+        if path is not None:
+            schema = merge_schema(schema, yaml.safe_load(path.read_text()) or {})
+    return schema
+
+
 def check_consistency(config: dict, label: str) -> None:
     """Cross-key rules a JSON schema cannot say; errors name both keys."""
     ks = config["evaluate"]["ks"]
@@ -131,7 +158,7 @@ def resolve(
     if scale not in scales:
         raise ConfigError(f"key scale: '{scale}' is not one of the scales {sorted(scales)}")
     base = {k: v for k, v in raw.items() if k != "scales"}
-    schema = with_methods(schema)
+    schema = with_methods(with_papers(schema))
     resolved = {}
     for name, overlay in scales.items():
         merged = deep_merge(deep_merge(deep_merge(base, overlay or {}), user), overrides)

@@ -20,28 +20,20 @@ from typing import Any
 
 import pandas as pd
 
-from drpipe.cliutil import add_cfg, need
+from drpipe.cliutil import need
 from drpipe.errors import InputError
-from drpipe.io import atomic_path
-from drpipe.paper_numbers import load_paper_numbers, paper_value
-from drpipe.tables import (
-    KS,
-    REPRODUCED,
-    _citation,
-    _md_table,
-    comparable,
-    read_metrics,
-    write_csv,
-    write_text,
-)
+from drpipe.papers import LEAKFREE, ORACLE, STANDARD
+from drpipe.papers.aopt import TABLE3
+from drpipe.papers.numbers import load_paper_numbers, paper_value
+from drpipe.tables.cli import add_figure_command, add_table_command, command_group
+from drpipe.tables.compare import comparable
+from drpipe.tables.metrics import KS, read_metrics
+from drpipe.tables.output import citation, md_table, new_figure, save_figure, write_csv, write_text
+from drpipe.tables.rows import PROTOCOL_ORDER, REPRODUCED
 
 log = logging.getLogger(__name__)
 
-PROTOCOLS = {
-    "base": "standard",
-    "leakfree": "leak-free",
-    "oracle": "uses the test answers (oracle)",
-}
+PROTOCOLS = {"base": STANDARD, "leakfree": LEAKFREE, "oracle": ORACLE}
 ORACLE_NOTE = (
     "Oracle rows use the test answers (oracle): their pseudo-labels come from the answers of "
     "the very questions they are evaluated on (the paper's protocol, AOpt section 3.1.1: "
@@ -53,7 +45,6 @@ LEAKFREE_NOTE = (
     "training questions (their answers), question vectors by pseudo-relevance feedback (the "
     "top-m retrieved passages as relevant, no answers)."
 )
-AOPT_T3 = "copied from AOpt (Future Internet 2023), Table 3"
 PAPER_DATASETS = ("nq", "triviaqa")
 
 
@@ -128,9 +119,9 @@ def table3(metrics: list[dict], scale: str, rows: dict[str, dict], **_: Any) -> 
             rec[f"gain_top{k}_paper"] = gain
             same = theirs is not None and paper_ds == m["dataset"]
             rec[f"top{k}_diff"] = round(ours - theirs, 2) if same else None
-        rec["source"] = REPRODUCED + (f" | paper: {AOPT_T3} ({paper_ds} test)" if found else "")
+        rec["source"] = REPRODUCED + (f" | paper: {TABLE3} ({paper_ds} test)" if found else "")
         records.append(rec)
-    order = {"standard": 0, "leak-free": 1, PROTOCOLS["oracle"]: 2}
+    order = {p: i for i, p in enumerate(PROTOCOL_ORDER)}
     arm_order = {"base": 0, "linear": 1, "query": 2, "passage": 3, "hybrid": 4}
     records.sort(
         key=lambda r: (
@@ -159,7 +150,7 @@ def table3_markdown(frame: pd.DataFrame, scale: str) -> str:
     for k in KS:
         headers += [f"Top-{k}", f"gain {k}", f"paper {k}", f"paper gain {k}"]
     blocks = []
-    for protocol in ("standard", "leak-free", PROTOCOLS["oracle"]):
+    for protocol in PROTOCOL_ORDER:
         part = frame[frame["protocol"] == protocol]
         if part.empty:
             continue
@@ -171,13 +162,13 @@ def table3_markdown(frame: pd.DataFrame, scale: str) -> str:
                 row += [r[f"top{k}"], r[f"gain_top{k}"], r[f"top{k}_paper"],
                         r[f"gain_top{k}_paper"]]  # fmt: skip
             rows.append(row)
-        blocks.append(_md_table(headers, rows))
+        blocks.append(md_table(headers, rows))
     head = [
         f"# AOpt Table 3: top-k retrieval accuracy (%), scale `{scale}`",
         "",
         'Reproduced values are computed by this pipeline; "gain" is ours minus our DPR '
         "(the run AOpt starts from) on the same questions. Paper values are "
-        f"{AOPT_T3} (test sets), beside the DPR row and the oracle rows only, on the "
+        f"{TABLE3} (test sets), beside the DPR row and the oracle rows only, on the "
         "paper's dataset named in `paper_dataset` of the CSV (NQ where ours is not one of "
         "the paper's); the paper's gain is against its DPR* replication for top-1/5 and its "
         "DPR(single) row for top-20/100. Rounds: rounds of vector updates behind the row "
@@ -187,7 +178,7 @@ def table3_markdown(frame: pd.DataFrame, scale: str) -> str:
         "",
         ORACLE_NOTE,
         "",
-        f"Source: {_citation('aopt')}.",
+        f"Source: {citation('aopt')}.",
         "",
         "",
     ]
@@ -227,13 +218,8 @@ def grid_optimum(frame: pd.DataFrame, k: int) -> pd.Series:
 
 def plot_figure6(table: pd.DataFrame, out_png: str | Path, title: str) -> None:
     """AOpt Figure 6: heat maps of top-k over beta (x) and gamma (y), one row per protocol."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     protocols = list(dict.fromkeys(table["protocol"]))
-    fig, axes = plt.subplots(
+    fig, axes = new_figure(
         len(protocols), len(KS), figsize=(3.2 * len(KS), 3.0 * len(protocols)), dpi=110,
         squeeze=False,
     )  # fmt: skip
@@ -262,9 +248,7 @@ def plot_figure6(table: pd.DataFrame, out_png: str | Path, title: str) -> None:
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=6)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    with atomic_path(out_png) as tmp:
-        fig.savefig(tmp, format="png", metadata={"Software": None})
-    plt.close(fig)
+    save_figure(fig, out_png)
 
 
 # --------------------------------------------------------------------------- Figure 7
@@ -285,14 +269,9 @@ def figure7_table(metrics: list[dict], series: Sequence[Sequence[Any]]) -> pd.Da
 
 def plot_figure7(table: pd.DataFrame, out_png: str | Path, title: str) -> None:
     """AOpt Figure 7: top-k after each round, (a) passage-centric, (b) query-centric."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     protocols = list(dict.fromkeys(table["protocol"]))
     arms = [("passage", "(a) passage-centric"), ("query", "(b) query-centric")]
-    fig, axes = plt.subplots(
+    fig, axes = new_figure(
         len(protocols), 2, figsize=(9, 3.2 * len(protocols)), dpi=110, squeeze=False
     )
     for i, protocol in enumerate(protocols):
@@ -310,9 +289,7 @@ def plot_figure7(table: pd.DataFrame, out_png: str | Path, title: str) -> None:
             ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    with atomic_path(out_png) as tmp:
-        fig.savefig(tmp, format="png", metadata={"Software": None})
-    plt.close(fig)
+    save_figure(fig, out_png)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -358,26 +335,15 @@ def _cmd_figure7(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("tables-aopt", help="AOpt's Table 3 and Figures 6 and 7")
-    cmds = parser.add_subparsers(dest="subcommand", required=True)
-
-    p = cmds.add_parser("table3", help="AOpt Table 3: both protocols, paper values beside")
-    p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON files")
-    p.add_argument("--out", required=True, help="CSV to write")
-    p.add_argument("--md", help="Markdown rendering to write")
-    add_cfg(p)
-    p.set_defaults(func=_cmd_table3)
-
-    p = cmds.add_parser("figure6", help="AOpt Figure 6: heat maps of the (beta, gamma) grid")
-    p.add_argument("--grids", nargs="+", required=True, help="grid CSVs, one per protocol")
-    p.add_argument("--out", required=True, help="PNG to write")
-    p.add_argument("--csv", help="CSV of the plotted values")
-    add_cfg(p)
-    p.set_defaults(func=_cmd_figure6)
-
-    p = cmds.add_parser("figure7", help="AOpt Figure 7: top-k after each round")
-    p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON, one per point")
-    p.add_argument("--out", required=True, help="PNG to write")
-    p.add_argument("--csv", help="CSV of the plotted values")
-    add_cfg(p)
-    p.set_defaults(func=_cmd_figure7)
+    group = command_group(sub, "tables-aopt", "AOpt's Table 3 and Figures 6 and 7")
+    add_table_command(
+        group, "table3", _cmd_table3, "AOpt Table 3: both protocols, paper values beside"
+    )
+    add_figure_command(
+        group, "figure6", _cmd_figure6, "AOpt Figure 6: heat maps of the (beta, gamma) grid",
+        inputs="--grids", inputs_help="grid CSVs, one per protocol",
+    )  # fmt: skip
+    add_figure_command(
+        group, "figure7", _cmd_figure7, "AOpt Figure 7: top-k after each round",
+        inputs_help="metrics JSON, one per point",
+    )  # fmt: skip

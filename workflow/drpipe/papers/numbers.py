@@ -1,23 +1,24 @@
-"""The numbers the four papers printed, transcribed as data (one number per row, long format).
+"""The numbers the papers printed, transcribed as data (one number per row, long format).
 
-``{paper}.csv`` holds every number of the retrieval tables this project reproduces, with the
-table, row and column it came from (``page_ref`` quotes the caption start, ``note`` carries
-footnotes and markers); ``papers.csv`` holds each paper's full citation. Values are percent,
+Each paper's folder holds ``numbers.csv``: every number of the tables this project reproduces,
+with the table, row and column it came from (``page_ref`` quotes the caption start, ``note``
+carries footnotes and markers), and ``citation.csv``: its full citation. Values are percent,
 exactly as printed. Cells printed as "-" (no value) have no row.
+
+Which files a rule reads here is part of its code hash through the paper's own module (each
+paper's ``__init__.py`` declares its files as ``PACKAGE_DATA``), so that adding a paper
+reruns nothing that does not read it.
 """
 
 from __future__ import annotations
 
 import io
-from importlib import resources
 
 import pandas as pd
 
 from drpipe.errors import InputError
+from drpipe.papers import ROOT, paper, paper_names
 
-PAPERS = ("dpr", "dcsr", "xmoco", "aopt")
-# Read at run time: part of the code hash of every rule that imports this module.
-PACKAGE_DATA = ("paper_numbers/*.csv",)
 COLUMNS = [
     "paper",
     "table",
@@ -36,22 +37,27 @@ DATASETS = {"nq", "triviaqa", "wq", "trec", "squad", "entityquestions"}
 PAPER_COLUMNS = ["paper", "citation", "venue", "year", "source_file"]
 
 
-def _read_csv(name: str) -> tuple[str, pd.DataFrame]:
-    ref = resources.files(__name__).joinpath(name)
-    text = ref.read_text(encoding="utf-8")
+def _read_csv(key: str, name: str) -> tuple[str, pd.DataFrame]:
+    path = ROOT / key / name
+    if not path.is_file():
+        raise InputError(f"drpipe/papers/{key}/{name}", None, "missing: every paper has one")
+    text = path.read_text(encoding="utf-8")
     # Everything as text first: "table" is "2", not 2, and values are checked explicitly below.
     frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
-    return f"drpipe/paper_numbers/{name}", frame
+    return f"drpipe/papers/{key}/{name}", frame
 
 
 def load_papers() -> pd.DataFrame:
     """One row per paper: key, full citation, venue, year and the source text file."""
-    where, frame = _read_csv("papers.csv")
-    if list(frame.columns) != PAPER_COLUMNS:
-        raise InputError(where, "header", f"columns {list(frame.columns)} != {PAPER_COLUMNS}")
-    if frame["paper"].duplicated().any():
-        raise InputError(where, None, "duplicate paper keys")
-    return frame
+    frames = []
+    for key in paper_names():
+        where, frame = _read_csv(key, "citation.csv")
+        if list(frame.columns) != PAPER_COLUMNS:
+            raise InputError(where, "header", f"columns {list(frame.columns)} != {PAPER_COLUMNS}")
+        if list(frame["paper"]) != [key]:
+            raise InputError(where, None, f"expected one row, for paper '{key}'")
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
 
 
 def _validate(where: str, frame: pd.DataFrame, paper: str) -> pd.DataFrame:
@@ -79,21 +85,21 @@ def _validate(where: str, frame: pd.DataFrame, paper: str) -> pd.DataFrame:
     return out
 
 
-def load_paper_numbers(paper: str | None = None) -> pd.DataFrame:
-    """Transcribed numbers of one paper (``dpr``, ``dcsr``, ``xmoco``, ``aopt``) or of all four.
+def load_paper_numbers(key: str | None = None) -> pd.DataFrame:
+    """Transcribed numbers of one registered paper (``dpr``, ``dcsr``, ...) or of all of them.
 
     Validated: expected columns, known datasets, numeric values, no duplicate keys.
     """
-    names = PAPERS if paper is None else (paper,)
-    unknown = [p for p in names if p not in PAPERS]
-    if unknown:
-        raise ValueError(f"unknown paper {unknown[0]!r}; known: {', '.join(PAPERS)}")
-    cited = set(load_papers()["paper"])
+    names = paper_names() if key is None else [key]
+    for name in names:
+        try:
+            paper(name)
+        except KeyError as exc:
+            raise ValueError(exc.args[0]) from None
     frames = []
     for name in names:
-        where, frame = _read_csv(f"{name}.csv")
-        if name not in cited:
-            raise InputError("drpipe/paper_numbers/papers.csv", None, f"no citation for '{name}'")
+        _read_csv(name, "citation.csv")  # every paper with numbers is cited
+        where, frame = _read_csv(name, "numbers.csv")
         frames.append(_validate(where, frame, name))
     return pd.concat(frames, ignore_index=True)
 

@@ -21,36 +21,33 @@ from typing import Any
 
 import pandas as pd
 
-from drpipe.cliutil import add_cfg, need
-from drpipe.io import atomic_path
-from drpipe.paper_numbers import load_paper_numbers
-from drpipe.tables import (
-    DEFAULT_SPLIT_EQUIV,
-    KS,
-    REPRODUCED,
-    _citation,
-    _dataset_key,
-    _diff,
-    _lookup,
-    _md_table,
-    _paper_split,
-    _r2,
+from drpipe.cliutil import need
+from drpipe.papers.numbers import load_paper_numbers
+from drpipe.papers.xmoco import TABLE2, TABLE3
+from drpipe.tables.cli import add_figure_command, add_table_command, command_group
+from drpipe.tables.compare import (
     comparable,
     comparison_cell,
     comparison_headers,
     comparison_note,
+    diff,
     ordering,
+    r2,
+)
+from drpipe.tables.metrics import KS, read_metrics
+from drpipe.tables.output import citation, md_table, new_figure, save_figure, write_csv, write_text
+from drpipe.tables.rows import (
+    DEFAULT_SPLIT_EQUIV,
+    REPRODUCED,
+    dataset_key,
+    lookup,
     paper_row,
-    read_metrics,
-    write_csv,
-    write_text,
+    paper_split,
 )
 
 log = logging.getLogger(__name__)
 
 PAPER_KS = (20, 100)  # the xMoCo paper prints top-20 and top-100 only
-XMOCO_T2 = "copied from Yang et al. 2021 (xMoCo), Table 2"
-XMOCO_T3 = "copied from Yang et al. 2021 (xMoCo), Table 3"
 TABLE3_ROWS = ("xMoCo", "xMoCo +tied encoders")
 ROW_ORDER = ("BM25", "DPR", "xMoCo", "DPR+BM25", "xMoCo+BM25")
 TRAINING_ORDER = ("None", "Single", "Multi")
@@ -71,7 +68,7 @@ def _row_key(rec: dict) -> tuple:
         order(TRAINING_ORDER, rec["training"]),
         order(ROW_ORDER, rec["method"]),
         rec["method"],
-        _dataset_key(rec["dataset"]),
+        dataset_key(rec["dataset"]),
     )
 
 
@@ -98,7 +95,7 @@ def table2(
         if cell in seen:
             raise ValueError(f"two metrics for xMoCo Table 2 cell {cell}")
         seen.add(cell)
-        on_test = _paper_split(m["dataset"], m["split"], equiv) == "test"
+        on_test = paper_split(m["dataset"], m["split"], equiv) == "test"
         rec: dict[str, Any] = {
             "scale": scale,
             "training": training,
@@ -112,18 +109,18 @@ def table2(
         found = False
         for k in KS:
             ours = float(m["top_k"][str(k)])
-            rec[f"top{k}"] = _r2(ours)
+            rec[f"top{k}"] = r2(ours)
             if k in PAPER_KS:
                 theirs = None
                 if on_test:
-                    theirs = _lookup(
+                    theirs = lookup(
                         paper, setting=training, method=label, dataset=m["dataset"],
                         metric=f"top{k}",
                     )  # fmt: skip
                 found |= theirs is not None
                 rec[f"top{k}_paper"] = theirs
-                rec[f"top{k}_diff"] = _diff(ours, theirs)
-        rec["source"] = REPRODUCED + (f" | paper: {XMOCO_T2}" if found else "")
+                rec[f"top{k}_diff"] = diff(ours, theirs)
+        rec["source"] = REPRODUCED + (f" | paper: {TABLE2}" if found else "")
         records.append(rec)
     records.sort(key=_row_key)
     columns = ["scale", "training", "method", "run", "train_set", "dataset", "split"]
@@ -164,15 +161,15 @@ def table2_markdown(frame: pd.DataFrame, scale: str) -> str:
     head = [
         f"# xMoCo Table 2: top-k retrieval accuracy (%), scale `{scale}`",
         "",
-        f'Reproduced values ("ours") are computed by this pipeline. Paper values are {XMOCO_T2} '
+        f'Reproduced values ("ours") are computed by this pipeline. Paper values are {TABLE2} '
         "(test sets; the SQuAD test set is SQuAD v1.1 dev); its DPR rows are the xMoCo "
         "authors' re-implementation. " + comparison_note(scale, frame),
         "",
-        f"Source: {_citation('xmoco')}.",
+        f"Source: {citation('xmoco')}.",
         "",
         "",
     ]
-    text = "\n".join(head) + _md_table(headers, rows) + "\n"
+    text = "\n".join(head) + md_table(headers, rows) + "\n"
     if orders:
         text += "\n## Ordering of the methods the paper also reports\n\n" + "".join(orders)
     return text
@@ -214,11 +211,11 @@ def table3(metrics: list[dict], scale: str, variants: dict[str, dict]) -> pd.Dat
             "paper_split": "test" if row else "",
         }
         for k in PAPER_KS:
-            theirs = _lookup(paper, method=row, dataset="nq", metric=f"top{k}") if row else None
-            rec[f"top{k}"] = _r2(float(m["top_k"][str(k)]))
+            theirs = lookup(paper, method=row, dataset="nq", metric=f"top{k}") if row else None
+            rec[f"top{k}"] = r2(float(m["top_k"][str(k)]))
             rec[f"top{k}_paper"] = theirs
-            rec[f"top{k}_diff"] = _diff(rec[f"top{k}"], theirs)
-        rec["source"] = REPRODUCED + (f" | paper: {XMOCO_T3} (NQ test)" if row else "")
+            rec[f"top{k}_diff"] = diff(rec[f"top{k}"], theirs)
+        rec["source"] = REPRODUCED + (f" | paper: {TABLE3} (NQ test)" if row else "")
         records.append(rec)
     keys = [(r["dataset"], r["split"], r["run"]) for r in records]
     if len(set(keys)) != len(keys):
@@ -228,7 +225,7 @@ def table3(metrics: list[dict], scale: str, variants: dict[str, dict]) -> pd.Dat
             r for r in records
             if not r["tied"] and (r["dataset"], r["split"]) == (rec["dataset"], rec["split"])
         ]  # fmt: skip
-        sep_paper = {k: _lookup(paper, method=TABLE3_ROWS[0], metric=f"top{k}") for k in PAPER_KS}
+        sep_paper = {k: lookup(paper, method=TABLE3_ROWS[0], metric=f"top{k}") for k in PAPER_KS}
         for k in PAPER_KS:
             rec[f"delta_top{k}"] = (
                 round(rec[f"top{k}"] - base[0][f"top{k}"], 2) if len(base) == 1 else None
@@ -238,7 +235,7 @@ def table3(metrics: list[dict], scale: str, variants: dict[str, dict]) -> pd.Dat
                 if rec[f"top{k}_paper"] is not None
                 else None
             )
-    records.sort(key=lambda r: (_dataset_key(r["dataset"]), r["split"], r["tied"], r["run"]))
+    records.sort(key=lambda r: (dataset_key(r["dataset"]), r["split"], r["tied"], r["run"]))
     columns = ["scale", "run", "tied", "paper_row", "train_set", "dataset", "split"]
     columns += ["n_questions", "paper_dataset", "paper_split"]
     for k in PAPER_KS:
@@ -272,15 +269,15 @@ def table3_markdown(frame: pd.DataFrame, scale: str) -> str:
     head = [
         f"# xMoCo Table 3: tied against separate encoders, top-k accuracy (%), scale `{scale}`",
         "",
-        f'Reproduced values ("ours") are computed by this pipeline; paper values are {XMOCO_T3} '
+        f'Reproduced values ("ours") are computed by this pipeline; paper values are {TABLE3} '
         "(Natural Questions test). Where our dataset differs, compare the tied - separate "
         "change, not the levels. " + comparison_note(scale, frame),
         "",
-        f"Source: {_citation('xmoco')}.",
+        f"Source: {citation('xmoco')}.",
         "",
         "",
     ]
-    return "\n".join(head) + _md_table(headers, rows) + "\n"
+    return "\n".join(head) + md_table(headers, rows) + "\n"
 
 
 # --------------------------------------------------------------------------- Figure 2
@@ -309,7 +306,7 @@ def figure2_points(metrics: list[dict], variants: dict[str, dict]) -> pd.DataFra
                 "dataset": m["dataset"],
                 "split": m["split"],
                 "n_questions": m["n_questions"],
-                **{f"top{k}": _r2(float(m["top_k"][str(k)])) for k in KS},
+                **{f"top{k}": r2(float(m["top_k"][str(k)])) for k in KS},
             }
         )
     frame = pd.DataFrame.from_records(records)
@@ -324,12 +321,7 @@ def figure2_points(metrics: list[dict], variants: dict[str, dict]) -> pd.DataFra
 def plot_figure2(points: pd.DataFrame, out_png: str | Path, title: str) -> None:
     """Top-20 (solid) and top-100 (dashed) against queue size, log-2 axis; the in-batch point
     (queue = twice the batch) is marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.5, 4.0), dpi=120)
+    fig, ax = new_figure(figsize=(5.5, 4.0), dpi=120)
     for (dataset, _split), grp in points.groupby(["dataset", "split"], sort=True):
         line = ax.plot(grp["queue_size"], grp["top20"], marker="o", label=f"top-20 {dataset}")[0]
         ax.plot(grp["queue_size"], grp["top100"], marker=".", linestyle="--",
@@ -348,10 +340,7 @@ def plot_figure2(points: pd.DataFrame, out_png: str | Path, title: str) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(out_png) as tmp:
-        # No timestamp/software metadata: the same points give the same bytes.
-        fig.savefig(tmp, format="png", metadata={"Software": None})
-    plt.close(fig)
+    save_figure(fig, out_png)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -402,21 +391,7 @@ def _cmd_figure2(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("tables-xmoco", help="xMoCo's tables and figure beside the paper")
-    tables = parser.add_subparsers(dest="subcommand", required=True)
-    for name, func, what in (
-        ("table2", _cmd_table2, "xMoCo Table 2 (BM25, DPR, xMoCo and hybrids)"),
-        ("table3", _cmd_table3, "xMoCo Table 3 (tied vs separate encoders)"),
-    ):
-        p = tables.add_parser(name, help=what)
-        p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON files")
-        p.add_argument("--out", required=True, help="CSV to write")
-        p.add_argument("--md", help="Markdown rendering to write")
-        add_cfg(p)
-        p.set_defaults(func=func)
-    p = tables.add_parser("figure2", help="xMoCo Figure 2 (top-20 vs queue size)")
-    p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON files")
-    p.add_argument("--out", required=True, help="PNG to write")
-    p.add_argument("--csv", help="CSV of the plotted points")
-    add_cfg(p)
-    p.set_defaults(func=_cmd_figure2)
+    group = command_group(sub, "tables-xmoco", "xMoCo's tables and figure beside the paper")
+    add_table_command(group, "table2", _cmd_table2, "xMoCo Table 2 (BM25, DPR, xMoCo and hybrids)")
+    add_table_command(group, "table3", _cmd_table3, "xMoCo Table 3 (tied vs separate encoders)")
+    add_figure_command(group, "figure2", _cmd_figure2, "xMoCo Figure 2 (top-20 vs queue size)")

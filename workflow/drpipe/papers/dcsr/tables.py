@@ -2,53 +2,49 @@
 
 Every table is one comparison (``comparison``): a list of *cells*, one per metrics file (same
 order), each naming the run it expects and the paper cell it is compared with (table, setting,
-row, dataset, split of ``paper_numbers/dcsr.csv``). A cell may name another row (``delta_of``)
+row, dataset, split of its ``numbers.csv``). A cell may name another row (``delta_of``)
 to report the difference between two of our rows beside the difference the paper printed
 (Table 2's "(+x)", Table 7's "Delta", Table 6's "diff", which is in-domain minus transfer). The
-Snakemake rules (``workflow/rules/dcsr.smk``) build the cells from the config; nothing here
+Snakemake rules (``rules.smk`` beside this file) build the cells from the config; nothing here
 invents a row. Where our dataset is not in the paper's table (Table 5 has NQ and TriviaQA, our
 small scales have SQuAD), a cell may name ``paper_dataset`` and the row says which question
 set each side was measured on, so the difference shows direction, not agreement.
 
-Also here: ``figure4`` (validation accuracy per epoch, from training reports), ``vectors``
-(DCSR's ``k``: vectors per passage of our corpus), and the generic ``subset-corpus`` command
-that cuts a corpus subset for Table 7 (any method can be evaluated on a subset).
+Also here: ``figure4`` (validation accuracy per epoch, from training reports) and ``vectors``
+(DCSR's ``k``: vectors per passage of our corpus). Table 7's corpus subsets are generic
+(``drpipe.subsets``: any method can be evaluated on a subset).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from drpipe.cliutil import add_cfg, need
-from drpipe.io import atomic_path, read_json, write_json
-from drpipe.paper_numbers import load_paper_numbers
-from drpipe.tables import (
-    KS,
-    REPRODUCED,
-    _citation,
-    _diff,
-    _md_table,
-    _r2,
+from drpipe.io import parquet_num_rows, read_json
+from drpipe.papers.numbers import load_paper_numbers
+from drpipe.tables.cli import add_figure_command, add_table_command, command_group
+from drpipe.tables.compare import (
     comparable,
     comparison_cell,
     comparison_headers,
     comparison_note,
+    diff,
     ordering,
-    read_metrics,
-    write_csv,
-    write_text,
+    r2,
 )
+from drpipe.tables.metrics import KS, read_metrics
+from drpipe.tables.output import citation, md_table, new_figure, save_figure, write_csv, write_text
+from drpipe.tables.rows import REPRODUCED
 
 log = logging.getLogger(__name__)
 
+# How source columns name the paper ("paper: Wu et al. 2022 (DCSR), Table 4").
 PAPER = "Wu et al. 2022 (DCSR)"
 TITLES = {
     "2": "Table 2: retriever comparison on the test sets (DPR and DCSR trained identically)",
@@ -139,9 +135,9 @@ def comparison(
             ours = float(m["top_k"][str(k)])
             theirs = _paper_cell(numbers, table, cell, f"top{k}{suffix}")
             any_paper |= theirs is not None
-            rec[f"top{k}"] = _r2(ours)
+            rec[f"top{k}"] = r2(ours)
             rec[f"top{k}_paper"] = theirs
-            rec[f"top{k}_diff"] = _diff(ours, theirs)
+            rec[f"top{k}_diff"] = diff(ours, theirs)
         same_question_set = paper.get("dataset") == m["dataset"]
         rec["source"] = REPRODUCED + (
             f" | paper: {PAPER}, Table {table}"
@@ -166,13 +162,13 @@ def comparison(
             raise ValueError(f"row {rec['row']!r}: delta_of {other!r} has no cell in its group")
         suffix = cell.get("paper_delta", "delta")
         for k in ks:
-            rec[f"top{k}_delta"] = _r2(rec[f"top{k}"] - base[f"top{k}"])
+            rec[f"top{k}_delta"] = r2(rec[f"top{k}"] - base[f"top{k}"])
             printed = _paper_cell(numbers, table, cell, f"top{k}_{suffix}")
             if printed is not None and suffix == "drop":
                 printed = -printed
             if printed is None and None not in (rec[f"top{k}_paper"], base[f"top{k}_paper"]):
                 # Not printed: the difference of the two printed values.
-                printed = _r2(rec[f"top{k}_paper"] - base[f"top{k}_paper"])
+                printed = r2(rec[f"top{k}_paper"] - base[f"top{k}_paper"])
             rec[f"top{k}_delta_paper"] = printed
     columns = [
         "scale", "group", "row", "run", "train_set", "subset", "dataset", "split",
@@ -243,11 +239,11 @@ def comparison_markdown(frame: pd.DataFrame, scale: str, table: str, ks=KS, note
         "comparison shows direction only. " + comparison_note(scale, frame),
         *([note] if note else []),
         "",
-        f"Source: {_citation('dcsr')}.",
+        f"Source: {citation('dcsr')}.",
         "",
         "",
     ]
-    text = "\n".join(head) + _md_table(headers, rows) + "\n"
+    text = "\n".join(head) + md_table(headers, rows) + "\n"
     ours = frame[frame["run"].astype(bool)]
     orders = [
         f"- {g or 'all'}, {d}/{sp} Top-{k}: {line}\n"
@@ -289,12 +285,7 @@ def figure4_curves(reports: Sequence[dict], labels: Sequence[str]) -> pd.DataFra
 
 
 def plot_figure4(curves: pd.DataFrame, out_png: str | Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.0, 3.8), dpi=120)
+    fig, ax = new_figure(figsize=(5.0, 3.8), dpi=120)
     for label, c in curves.groupby("label", sort=False):
         ax.plot(c["epoch"], c["accuracy"], marker="o", label=label)
     ax.set_xlabel("epoch")
@@ -303,9 +294,7 @@ def plot_figure4(curves: pd.DataFrame, out_png: str | Path, title: str) -> None:
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(out_png) as tmp:
-        fig.savefig(tmp, format="png", metadata={"Software": None})
-    plt.close(fig)
+    save_figure(fig, out_png)
 
 
 # --------------------------------------------------------------------------- k
@@ -340,90 +329,6 @@ def vectors_per_passage(
 
 
 # --------------------------------------------------------------------------- corpus subsets
-
-SUBSET_RE = re.compile(
-    r"^(?:p(?P<pct>\d+(?:\.\d+)?)|n(?P<n>\d+))"
-    r"(?:-gold-(?P<dataset>[A-Za-z0-9_]+)-(?P<split>[A-Za-z0-9_]+))?$"
-)
-
-
-def parse_subset(name: str) -> dict[str, Any]:
-    """``p10`` (10% of the passages), ``n100000`` (that many), optionally ``-gold-D-S`` (the
-    gold passages of dataset D, split S, always kept)."""
-    m = SUBSET_RE.match(name)
-    if not m:
-        raise ValueError(
-            f"subset {name!r}: expected p<percent> or n<count>[-gold-<dataset>-<split>]"
-        )
-    pct = float(m["pct"]) if m["pct"] else None
-    if pct is not None and not 0 < pct <= 100:
-        raise ValueError(f"subset {name!r}: percent must be in (0, 100]")
-    return {"percent": pct, "count": int(m["n"]) if m["n"] else None,
-            "dataset": m["dataset"], "split": m["split"]}  # fmt: skip
-
-
-def subset_pids(pids: np.ndarray, spec: dict[str, Any], gold: set[int]) -> np.ndarray:
-    """Which passages a subset keeps, in corpus order: every gold passage, then the first
-    other passages (DCSR 5.2: "the first 0.1 million, the first 1.05 million") up to the
-    target size. A target below the gold count keeps the gold passages alone."""
-    n = len(pids)
-    target = spec["count"] if spec["count"] is not None else round(spec["percent"] / 100 * n)
-    target = min(int(target), n)
-    is_gold = np.isin(pids, np.fromiter(gold, np.int64, len(gold)))
-    room = max(target - int(is_gold.sum()), 0)
-    fill = np.flatnonzero(~is_gold)[:room]
-    keep = is_gold.copy()
-    keep[fill] = True
-    return pids[keep]
-
-
-def corpus_subset(
-    name: str,
-    passages: str | Path,
-    sentences: str | Path,
-    out_passages: str | Path,
-    out_sentences: str | Path,
-    questions: str | Path | None = None,
-) -> dict[str, Any]:
-    """Write the passages and sentences of subset ``name``; pids are kept, so runs on the
-    subset evaluate with the same answer checks. Returns the report."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from drpipe.corpus.passages import PASSAGE_SCHEMA
-    from drpipe.corpus.sentences import SENTENCE_SCHEMA
-    from drpipe.io import ParquetStreamWriter, iter_parquet
-    from drpipe.qa.mining import gold_passages
-
-    spec = parse_subset(name)
-    if spec["dataset"] and questions is None:
-        raise SystemExit(f"error: subset {name} keeps gold passages: give --questions")
-    pids = pq.read_table(passages, columns=["pid"]).column(0).to_numpy()
-    gold: set[int] = set()
-    gold_report: dict[str, Any] = {}
-    if spec["dataset"]:
-        by_qid, gold_report = gold_passages(questions, passages)
-        gold = set(by_qid.values())
-    keep = subset_pids(pids, spec, gold)
-    keep_arr = pa.array(keep, type=pa.int64())
-    for src, dst, schema in ((passages, out_passages, PASSAGE_SCHEMA),
-                             (sentences, out_sentences, SENTENCE_SCHEMA)):  # fmt: skip
-        with ParquetStreamWriter(dst, schema) as writer:
-            for batch in iter_parquet(src, columns=schema.names, batch_size=50_000):
-                part = batch.filter(pc.is_in(batch.column(0), value_set=keep_arr))
-                writer.write_rows(part.to_pydict())
-    return {
-        "subset": name,
-        "spec": spec,
-        "passages_in_corpus": int(len(pids)),
-        "passages_kept": int(len(keep)),
-        "fraction_kept": round(len(keep) / max(len(pids), 1), 4),
-        "gold_passages": len(gold),
-        "gold": gold_report,
-        "rule": "gold passages of the named questions, then the first passages in corpus "
-        "order up to the target (DCSR took the first N passages)",
-    }
 
 
 # --------------------------------------------------------------------------- CLI
@@ -466,8 +371,7 @@ def _cmd_figure4(args: argparse.Namespace) -> int:
 
 
 def _cmd_vectors(args: argparse.Namespace) -> int:
-    from drpipe.encoders import BiEncoder
-    from drpipe.io import parquet_num_rows
+    from drpipe.encoders import BiEncoder  # lazy: encoders imports torch (~1 s at start-up)
 
     frame = vectors_per_passage(
         parquet_num_rows(args.passages),
@@ -480,38 +384,19 @@ def _cmd_vectors(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_subset(args: argparse.Namespace) -> int:
-    report = corpus_subset(
-        args.subset, args.passages, args.sentences, args.out_passages, args.out_sentences,
-        args.questions,
-    )  # fmt: skip
-    if args.report:
-        write_json(args.report, report)
-    log.info("subset %s: %d of %d passages", args.subset, report["passages_kept"],
-             report["passages_in_corpus"])  # fmt: skip
-    return 0
-
-
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("tables-dcsr", help="DCSR's tables and Figure 4 beside the paper")
-    tables = parser.add_subparsers(dest="subcommand", required=True)
-
-    p = tables.add_parser("compare", help="a DCSR table: cells of ours beside the paper's")
-    p.add_argument("--metrics", nargs="+", required=True, help="metrics JSON, one per cell")
-    p.add_argument("--out", required=True, help="CSV to write")
-    p.add_argument("--md", help="Markdown rendering to write")
-    add_cfg(p)
-    p.set_defaults(func=_cmd_compare)
-
-    p = tables.add_parser("figure4", help="DCSR Figure 4: validation accuracy per epoch")
-    p.add_argument("--reports", nargs="+", required=True, help="training report JSON files")
+    group = command_group(sub, "tables-dcsr", "DCSR's tables and Figure 4 beside the paper")
+    add_table_command(
+        group, "compare", _cmd_compare, "a DCSR table: cells of ours beside the paper's",
+        inputs_help="metrics JSON, one per cell",
+    )  # fmt: skip
+    p = add_figure_command(
+        group, "figure4", _cmd_figure4, "DCSR Figure 4: validation accuracy per epoch",
+        inputs="--reports", inputs_help="training report JSON files", csv_required=True,
+    )  # fmt: skip
     p.add_argument("--labels", nargs="+", required=True, help="one curve label per report")
-    p.add_argument("--out", required=True, help="PNG to write")
-    p.add_argument("--csv", required=True, help="CSV of the plotted points")
-    add_cfg(p)
-    p.set_defaults(func=_cmd_figure4)
 
-    p = tables.add_parser("vectors", help="DCSR's k: vectors per passage of our corpus")
+    p = group.add_parser("vectors", help="DCSR's k: vectors per passage of our corpus")
     p.add_argument("--passages", required=True)
     p.add_argument("--sentences-report", required=True)
     p.add_argument("--retrieve-report", required=True, help="a retrieve report of a DCSR run")
@@ -519,32 +404,3 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True)
     add_cfg(p)
     p.set_defaults(func=_cmd_vectors)
-
-    # Generic (any method can be evaluated on a subset); it lives here because Table 7 is
-    # DCSR's, and the subset rules of workflow/rules/subsets.smk call it.
-    p = sub.add_parser(
-        "subset-corpus",
-        help="cut a corpus subset (Table 7): gold passages kept, then the first passages",
-    )
-    p.add_argument(
-        "--subset", required=True, help="p<percent> | n<count> [-gold-<dataset>-<split>]"
-    )
-    p.add_argument("--passages", required=True)
-    p.add_argument("--sentences", required=True)
-    p.add_argument("--questions", help="questions whose gold passages are kept")
-    p.add_argument("--out-passages", required=True)
-    p.add_argument("--out-sentences", required=True)
-    p.add_argument("--report")
-    add_cfg(p)
-    p.set_defaults(func=_cmd_subset)
-
-
-__all__ = [
-    "comparison",
-    "comparison_markdown",
-    "corpus_subset",
-    "figure4_curves",
-    "parse_subset",
-    "subset_pids",
-    "vectors_per_passage",
-]
