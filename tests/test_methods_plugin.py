@@ -148,7 +148,9 @@ def test_code_hash_follows_imports_and_declared_package_data(tmp_path):
     assert code_hash(train, root) == before["train"]
     # A new subcommand module listed in the dispatcher reruns nothing.
     cli = root / "cli.py"
-    cli.write_text(cli.read_text().replace('"drpipe.subsets",', '"drpipe.subsets",\n    "drpipe.x",'))
+    cli.write_text(
+        cli.read_text().replace('"drpipe.subsets",', '"drpipe.subsets",\n    "drpipe.x",')
+    )
     assert '"drpipe.x"' in cli.read_text()
     assert code_hash(train, root) == before["train"]
     # A changed paper number reruns the tables.

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from drpipe.errors import InputError
 from drpipe.papers.dpr import tables as dpr_tables
 from drpipe.tables import compare, metrics, table2
-from drpipe.errors import InputError
 
 ROW_MAP = {
     "bm25": {"method": "BM25", "training": "None", "paper": "dpr"},
