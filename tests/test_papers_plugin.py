@@ -89,13 +89,13 @@ def test_a_method_with_no_paper_gets_rows_without_paper_values():
     assert "**paper**: No paper of this workflow" in md
 
 
-TOY_INIT = '''
+TOY_INIT = """
 from drpipe.papers import Paper
 
 PACKAGE_DATA = ("papers/toy/numbers.csv", "papers/toy/citation.csv")
 PAPER = Paper(key="toy", label="Toy", year=2030)
-'''
-TOY_TABLES = '''
+"""
+TOY_TABLES = """
 import argparse
 
 from drpipe.cliutil import need
@@ -120,7 +120,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 def register(sub):
     add_table_command(command_group(sub, "tables-toy", "Toy's table"), "table1", _cmd, "Toy T1")
-'''
+"""
 TOY_SCHEMA = """
 properties:
   tables:
