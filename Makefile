@@ -55,13 +55,13 @@ test: install
 lint: install
 	$(BIN)/ruff check workflow tests benchmarks
 	$(BIN)/ruff format --check workflow tests benchmarks
-	$(BIN)/snakefmt --check Snakefile workflow/rules workflow/drpipe/papers/*/rules.smk
+	$(BIN)/snakefmt --check Snakefile workflow/rules workflow/drpipe/papers/*/*.smk
 	$(BIN)/snakemake --lint --cores 1 -n
 
 format: install
 	$(BIN)/ruff format workflow tests benchmarks
 	$(BIN)/ruff check --fix workflow tests benchmarks
-	$(BIN)/snakefmt Snakefile workflow/rules workflow/drpipe/papers/*/rules.smk
+	$(BIN)/snakefmt Snakefile workflow/rules workflow/drpipe/papers/*/*.smk
 
 bench: install
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

@@ -23,7 +23,7 @@ def test_ruff_check_and_format():
 
 
 def test_snakefmt_clean():
-    papers = sorted(str(p) for p in (REPO / "workflow/drpipe/papers").glob("*/rules.smk"))
+    papers = sorted(str(p) for p in (REPO / "workflow/drpipe/papers").glob("*/*.smk"))
     proc = _run(str(BIN / "snakefmt"), "--check", "Snakefile", "workflow/rules", *papers)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

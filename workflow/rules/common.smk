@@ -14,6 +14,7 @@ from drpipe.config import (
 from drpipe.config import resolve as resolve_config
 from drpipe.methods import method_class, method_module, method_names
 from drpipe.papers import paper, paper_of_run, papers
+from drpipe.subsets import parse_subset
 
 import yaml
 
@@ -103,7 +104,8 @@ def options(values):
 
 def env(gpu=False):
     """Conda environment of a rule: the CUDA one for rules that use a GPU at paper scale
-    (relative to the rule file being read: stage rules and paper folders alike)."""
+    (a path relative to the .smk file being read: stage files and paper folders alike).
+    """
     name = "gpu" if gpu and SCALE == "paper" else "cpu"
     envs = Path(workflow.basedir) / "envs" / f"{name}.yaml"
     return os.path.relpath(envs, workflow.current_basedir)
@@ -519,3 +521,43 @@ def used_source_records():
             how = C["train_examples"].get(d, "mine")
             names.add(qa_split(d, "train")["source"] if how == "mine" else how)
     return [source_record(n) for n in sorted(names)]
+
+
+# --- corpus subsets (rules in subsets.smk; any method can be evaluated on a subset) ---
+
+SUBSET = "(?:p[0-9]+(?:[.][0-9]+)?|n[0-9]+)(?:-gold-[A-Za-z0-9_]+-[A-Za-z0-9_]+)?"
+
+
+def subset_dir(subset):
+    return f"results/subsets/{subset}"
+
+
+def subset_question_input(subset):
+    """The questions whose gold passages the subset keeps (none for a plain first-N cut)."""
+    spec = parse_subset(subset)
+    if not spec["dataset"]:
+        return {}
+    return {"questions": f"results/qa/{spec['dataset']}/{spec['split']}.parquet"}
+
+
+def subset_corpus_inputs(subset, run):
+    """What encoding a run's corpus reads on a subset (DCSR: the sentences too)."""
+    base = f"{subset_dir(subset)}/corpus"
+    out = {"passages": f"{base}/passages.parquet"}
+    if method_class(run_method(run)).corpus_units == "sentences":
+        out["sentences"] = f"{base}/sentences.parquet"
+    return out
+
+
+def subset_shard_files(subset, run, train_set):
+    return [
+        f"{subset_dir(subset)}/embeddings/{run}/{train_set}/shard-{i}.npy"
+        for i in range(C["encode"]["shards"])
+    ]
+
+
+def subset_metrics_file(subset, run, train_set, dataset, split):
+    """Metrics of a run on a subset, or on the whole corpus when subset is None."""
+    if subset is None:
+        return metrics_file(run, train_set, dataset, split)
+    return f"{subset_dir(subset)}/metrics/{run}/{train_set}/{dataset}-{split}.json"

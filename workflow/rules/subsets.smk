@@ -3,44 +3,6 @@
 # question vectors are the main ones. A subset name is p<percent> or n<count>, optionally
 # -gold-<dataset>-<split> (that split's gold passages always kept): see
 # `drpipe subset-corpus --help`. Everything lives under results/subsets/<subset>/.
-SUBSET = "(?:p[0-9]+(?:[.][0-9]+)?|n[0-9]+)(?:-gold-[A-Za-z0-9_]+-[A-Za-z0-9_]+)?"
-
-from drpipe.subsets import parse_subset
-
-
-def subset_dir(subset):
-    return f"results/subsets/{subset}"
-
-
-def subset_question_input(subset):
-    """The questions whose gold passages the subset keeps (none for a plain first-N cut)."""
-    spec = parse_subset(subset)
-    if not spec["dataset"]:
-        return {}
-    return {"questions": f"results/qa/{spec['dataset']}/{spec['split']}.parquet"}
-
-
-def subset_corpus_inputs(subset, run):
-    """What encoding a run's corpus reads on a subset (DCSR: the sentences too)."""
-    base = f"{subset_dir(subset)}/corpus"
-    out = {"passages": f"{base}/passages.parquet"}
-    if method_class(run_method(run)).corpus_units == "sentences":
-        out["sentences"] = f"{base}/sentences.parquet"
-    return out
-
-
-def subset_shard_files(subset, run, train_set):
-    return [
-        f"{subset_dir(subset)}/embeddings/{run}/{train_set}/shard-{i}.npy"
-        for i in range(C["encode"]["shards"])
-    ]
-
-
-def subset_metrics_file(subset, run, train_set, dataset, split):
-    """Metrics of a run on a subset, or on the whole corpus when subset is None."""
-    if subset is None:
-        return metrics_file(run, train_set, dataset, split)
-    return f"{subset_dir(subset)}/metrics/{run}/{train_set}/{dataset}-{split}.json"
 
 
 rule corpus_subset:

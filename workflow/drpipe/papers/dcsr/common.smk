@@ -1,0 +1,308 @@
+# DCSR (Wu et al. 2022): its Tables 2-8 and Figure 4 beside the paper's numbers, DCSR's k, and
+# the second training round of Tables 3 and 5 (hard negatives mined by a trained checkpoint).
+# The DCSR row of results/table2.csv comes from the shared Table 2 (tables.methods).
+
+# Its helpers: table cells, the hard-negative round, Figure 4.
+
+
+def dcsr_tcfg(name):
+    """tables.dcsr.<name> of the config."""
+    return C["tables"]["dcsr"][name]
+
+
+def dcsr_single(dataset):
+    """The Single-setting train set of a dataset (tables.single)."""
+    ts = C["tables"]["single"].get(dataset)
+    if ts is None:
+        raise ValueError(
+            f"config: tables.single has no train set for dataset '{dataset}'"
+        )
+    return ts
+
+
+def paper_split_of(dataset, split):
+    """The paper's split for ours (its tables are on test sets; SQuAD v1.1 dev is DPR's and
+    DCSR's SQuAD test)."""
+    return "test" if split == "test" or (dataset, split) == ("squad", "dev") else split
+
+
+def dcsr_cell(
+    group,
+    row,
+    run,
+    train_set,
+    dataset,
+    split,
+    *,
+    setting,
+    paper_method=None,
+    paper_dataset=None,
+    subset=None,
+    delta_of=None,
+    paper_delta="delta",
+    paper_suffix="",
+):
+    """One table cell: the metrics file it reads and what it is compared with."""
+    cell = {
+        "group": group,
+        "row": row,
+        "run": run,
+        "train_set": train_set,
+        "dataset": dataset,
+        "split": split,
+        "subset": subset,
+        "paper": None,
+        "file": subset_metrics_file(subset, run, train_set, dataset, split),
+    }
+    if paper_method is not None:
+        cell["paper"] = {
+            "setting": setting,
+            "method": paper_method,
+            "dataset": paper_dataset or dataset,
+            "split": paper_split_of(dataset, split) if not paper_dataset else "test",
+        }
+    if delta_of:
+        cell.update({"delta_of": delta_of, "paper_delta": paper_delta})
+    cell["paper_suffix"] = paper_suffix
+    return cell
+
+
+def paper_dataset_for(dataset, paper_datasets, fallback):
+    """Ours when the paper's table has it, else the configured stand-in."""
+    return dataset if dataset in paper_datasets else fallback
+
+
+def dcsr_table2_cells():
+    cells = []
+    split = C["tables"]["split"]
+    for d in C["tables"]["datasets"]:
+        settings = [("Single", C["tables"]["single"].get(d))]
+        if C["tables"]["multi"]:
+            settings.append(("Multi", C["tables"]["multi"]))
+        for training, ts in settings:
+            if ts is None:
+                continue
+            for method, label in (("dpr", "DPR"), ("dcsr", "DCSR")):
+                cells.append(
+                    dcsr_cell(
+                        training, label, method, ts, d, split,
+                        setting=training, paper_method=label,
+                        delta_of="DPR" if method == "dcsr" else None,
+                    )
+                )  # fmt: skip
+    return cells
+
+
+def dcsr_table3_cells():
+    t = dcsr_tcfg("table3")
+    cells = []
+    for d in t["datasets"]:
+        ts = dcsr_single(d)
+        pd_ = paper_dataset_for(d, ("nq", "triviaqa"), t["paper_dataset"])
+        for run, row, other in (
+            ("dpr", "DPR + adv-train", None),
+            ("dcsr", "DCSR + adv-train", "DPR + adv-train"),
+        ):
+            cells.append(
+                dcsr_cell(
+                    "Adversarial Training", row, f"{run}.hard_{run}", ts, d, t["split"],
+                    setting="Adversarial Training", paper_method=row, paper_dataset=pd_,
+                    delta_of=other,
+                )
+            )  # fmt: skip
+    return cells
+
+
+def dcsr_table4_cells():
+    t = dcsr_tcfg("table4")
+    cells = []
+    for d in t["datasets"]:
+        ts = dcsr_single(d)
+        pd_ = paper_dataset_for(d, ("nq", "triviaqa", "squad"), t["paper_dataset"])
+        for run, row in t["rows"].items():
+            cells.append(
+                dcsr_cell(
+                    "Single", row, run, ts, d, t["split"], subset=t.get("subset"),
+                    setting="Single, 1.05M subset", paper_method=row, paper_dataset=pd_,
+                    delta_of="DPR" if row != "DPR" else None,
+                )
+            )  # fmt: skip
+    return cells
+
+
+TABLE5_ROWS = (
+    # (row, run, paper row, the row its difference is taken against)
+    ("DPR (raw-data)", "dpr", "DPR (raw-data)", None),
+    ("DCSR (raw-data)", "dcsr", None, "DPR (raw-data)"),
+    ("DPR (DPR-hard)", "dpr.hard_dpr", "DPR (DPR-hard)", "DPR (raw-data)"),
+    ("DCSR (DPR-hard)", "dcsr.hard_dpr", "DCSR (DPR-hard)", "DPR (DPR-hard)"),
+    ("DCSR (DCSR-hard)", "dcsr.hard_dcsr", "DCSR (DCSR-hard)", "DCSR (DPR-hard)"),
+)
+
+
+def dcsr_table5_cells():
+    t = dcsr_tcfg("table5")
+    cells = []
+    for d in t["datasets"]:
+        ts = dcsr_single(d)
+        pd_ = paper_dataset_for(d, ("nq", "triviaqa"), t["paper_dataset"])
+        for row, run, paper_row, other in TABLE5_ROWS:
+            cells.append(
+                dcsr_cell(
+                    "Single", row, run, ts, d, t["split"], subset=t.get("subset"),
+                    setting="Single, 1.05M subset", paper_method=paper_row, paper_dataset=pd_,
+                    delta_of=other,
+                )
+            )  # fmt: skip
+    return cells
+
+
+def dcsr_table6_cells():
+    t = dcsr_tcfg("table6")
+    if t is None:
+        raise ValueError(
+            "config: tables.dcsr.table6 is null at this scale (it needs TriviaQA and NQ "
+            "training data: scale=paper)"
+        )
+    cells = []
+    target, split = t["target"], t["split"]
+    for setting, source in t["transfers"].items():
+        for run, label in (("dpr", "DPR"), ("dcsr", "DCSR")):
+            home = f"{label} in-domain"
+            cells.append(
+                dcsr_cell(
+                    setting, home, run, dcsr_single(target), target, split,
+                    subset=t.get("subset"), setting=setting, paper_method=label,
+                    paper_suffix="_in_domain",
+                )
+            )  # fmt: skip
+            cells.append(
+                dcsr_cell(
+                    setting, label, run, dcsr_single(source), target, split,
+                    subset=t.get("subset"), setting=setting, paper_method=label,
+                    delta_of=home, paper_delta="drop",
+                )
+            )  # fmt: skip
+    return cells
+
+
+def dcsr_table7_cells():
+    t = dcsr_tcfg("table7")
+    cells = []
+    for d in t["datasets"]:
+        ts = dcsr_single(d)
+        pd_ = paper_dataset_for(d, ("nq", "triviaqa"), t["paper_dataset"])
+        for label, subset in t["subsets"].items():
+            for run, row in (("dpr", "DPR"), ("dcsr", "DCSR")):
+                cells.append(
+                    dcsr_cell(
+                        label, row, run, ts, d, t["split"], subset=subset,
+                        setting=label, paper_method=row, paper_dataset=pd_,
+                        delta_of="DPR" if run == "dcsr" else None,
+                    )
+                )  # fmt: skip
+    return cells
+
+
+def dcsr_table8_cells():
+    t = dcsr_tcfg("table8")
+    ts = dcsr_single(t["dataset"])
+    return [
+        dcsr_cell(
+            "SQuAD-test", row, run, ts, t["dataset"], t["split"],
+            setting="SQuAD-test", paper_method=row, paper_dataset="squad",
+            delta_of="DPR" if run == "dcsr" else None,
+        )
+        for run, row in (("dpr", "DPR"), ("dcsr", "DCSR"))
+    ]  # fmt: skip
+
+
+TABLE8_PAPER_ONLY = [
+    # The paper's SQuAD dev block (DPR's dev split of SQuAD train, which we do not hold).
+    {
+        "group": "SQuAD-dev",
+        "row": row,
+        "setting": "SQuAD-dev",
+        "dataset": "squad",
+        "split": "dev",
+    }
+    for row in ("DPR", "DCSR")
+]
+
+CELLS = {
+    "2": dcsr_table2_cells,
+    "3": dcsr_table3_cells,
+    "4": dcsr_table4_cells,
+    "5": dcsr_table5_cells,
+    "6": dcsr_table6_cells,
+    "7": dcsr_table7_cells,
+    "8": dcsr_table8_cells,
+}
+NOTES = {
+    "4": "The paper's Table 4 is on a 1.05M-passage Wikipedia subset; ours on the corpus named "
+    "in the subset column (empty = the whole corpus of this scale).",
+    "5": "DPR-hard / DCSR-hard: hard negatives mined by our own trained DPR / DCSR checkpoint "
+    "(retrieval over the training questions, top passages without an answer; DCSR's "
+    "retrieval ranks passages by Score Normalization over their sentences), then a second "
+    "training round. A DCSR-mined negative is sentence-specific: the sentence of that "
+    "passage the DCSR checkpoint retrieved first (a DPR-mined one: a random sentence of it). "
+    "The paper's DPR-hard is DPR's released adversarial file.",
+    "6": "Transfer rows: Δ = transfer - in-domain (the paper prints the drop, in-domain - "
+    "transfer, shown negated).",
+    "7": "Corpus subsets keep every gold passage of the evaluated questions, then the first "
+    "passages of the corpus up to the size (the paper took the first N passages).",
+    "8": "Only the SQuAD-test block is ours (SQuAD v1.1 dev questions); the paper's SQuAD-dev "
+    "block (DPR's dev split of SQuAD train) is listed with no value of ours.",
+}
+
+
+def dcsr_cells(table):
+    return CELLS[table]()
+
+
+def dcsr_table_cfg(table):
+    cells = [{k: v for k, v in c.items() if k != "file"} for c in dcsr_cells(table)]
+    cfg = {"scale": SCALE, "table": table, "cells": cells, "note": NOTES.get(table, "")}
+    cfg["tolerance"] = TOLERANCE
+    if table == "8":
+        cfg["paper_only"] = TABLE8_PAPER_ONLY
+    return cfg
+
+
+def released_examples(dataset):
+    """DPR's released training file of a dataset (an error when its examples are mined)."""
+    how = C["train_examples"].get(dataset, "mine")
+    if how == "mine":
+        raise ValueError(
+            f"dataset '{dataset}': training examples are mined, not released"
+        )
+    return source_file(how)
+
+
+def miner_split(dataset):
+    """The training questions a miner retrieves for: the configured train split, or (paper
+    scale, where DPR's released files are the training data) the questions of that file.
+    """
+    if (C["qa"].get(dataset) or {}).get("train"):
+        return "train"
+    released_examples(dataset)
+    return "train.released"
+
+
+def dcsr_vectors_inputs():
+    """The main DCSR run of the first Table 2 dataset: its model and a retrieval report."""
+    d, split = C["tables"]["datasets"][0], C["tables"]["split"]
+    ts = dcsr_single(d)
+    return {
+        "passages": "results/corpus/passages.parquet",
+        "sentences": "results/corpus/sentences.report.json",
+        "model": f"results/models/dcsr/{ts}",
+        "retrieve": f"results/runs/dcsr/{ts}/{d}-{split}.report.json",
+    }
+
+
+def figure4_runs():
+    f = dcsr_tcfg("figure4")
+    return [
+        (label, run, ts) for ts in f["train_sets"] for label, run in f["runs"].items()
+    ]
