@@ -48,3 +48,129 @@ use rule train as train_hard with:
         "results/benchmarks/rules/train/{run}.hard_{miner}/{train_set}.tsv"
     wildcard_constraints:
         run="|".join(METHODS),
+
+
+# Paper scale: the miner's retrieval over the questions of DPR's released training file (a
+# ".released" split, which the generic question, encoding and retrieval rules never match).
+rule released_train_questions:
+    input:
+        src=lambda w: released_examples(w.dataset),
+    output:
+        questions="results/qa/{dataset}/train.released.parquet",
+        report="results/qa/{dataset}/train.released.report.json",
+    log:
+        "results/logs/released_train_questions/{dataset}.log",
+    benchmark:
+        "results/benchmarks/rules/released_train_questions/{dataset}.tsv"
+    conda:
+        env()
+    params:
+        cfg=cfg_json(
+            {
+                "sample": None,
+                "match": "string",
+                "allow_empty": False,
+                "seed": C["seed"],
+            }
+        ),
+        code=code("drpipe.qa.cli"),
+    shell:
+        "drpipe qa load --format dpr-biencoder --input {input.src:q}"
+        " --dataset {wildcards.dataset:q} --split train --out {output.questions:q}"
+        " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+use rule encode_queries as encode_released_queries with:
+    input:
+        model="results/models/{run}/{train_set}",
+        questions="results/qa/{dataset}/train.released.parquet",
+    output:
+        vectors="results/qvecs/{run}/{train_set}/{dataset}-train.released.npy",
+        ids="results/qvecs/{run}/{train_set}/{dataset}-train.released.ids.npy",
+        report="results/qvecs/{run}/{train_set}/{dataset}-train.released.report.json",
+    log:
+        "results/logs/encode_queries/{run}/{train_set}/{dataset}-train.released.log",
+    benchmark:
+        "results/benchmarks/rules/encode_queries/{run}/{train_set}/{dataset}-train.released.tsv"
+
+
+use rule retrieve as retrieve_released with:
+    input:
+        model="results/models/{run}/{train_set}",
+        queries="results/qvecs/{run}/{train_set}/{dataset}-train.released.npy",
+        index=index_file,
+    output:
+        run="results/runs/{run}/{train_set}/{dataset}-train.released.parquet",
+        report="results/runs/{run}/{train_set}/{dataset}-train.released.report.json",
+    log:
+        "results/logs/retrieve/{run}/{train_set}/{dataset}-train.released.log",
+    benchmark:
+        "results/benchmarks/rules/retrieve/{run}/{train_set}/{dataset}-train.released.tsv"
+
+
+# --- tables
+
+
+rule dcsr_table:
+    input:
+        lambda w: [c["file"] for c in dcsr_cells(w.table)],
+    output:
+        csv="results/dcsr/table{table}.csv",
+        md="results/dcsr/table{table}.md",
+    log:
+        "results/logs/tables/dcsr_table{table}.log",
+    benchmark:
+        "results/benchmarks/rules/tables/dcsr_table{table}.tsv"
+    wildcard_constraints:
+        table="[2-8]",
+    conda:
+        env()
+    params:
+        cfg=lambda w: cfg_json(dcsr_table_cfg(w.table)),
+        code=code("drpipe.papers.dcsr.tables"),
+    shell:
+        "drpipe tables-dcsr compare --metrics {input:q} --out {output.csv:q} --md {output.md:q}"
+        " --cfg {params.cfg:q} 2> {log:q}"
+
+
+rule dcsr_figure4:
+    input:
+        [f"results/models/{run}/{ts}.report.json" for _, run, ts in figure4_runs()],
+    output:
+        png="results/dcsr/figure4.png",
+        csv="results/dcsr/figure4.csv",
+    log:
+        "results/logs/tables/dcsr_figure4.log",
+    benchmark:
+        "results/benchmarks/rules/tables/dcsr_figure4.tsv"
+    conda:
+        env()
+    params:
+        labels=[f"{label} ({ts})" for label, _, ts in figure4_runs()],
+        cfg=cfg_json(
+            {"scale": SCALE, "dataset": "+".join(dcsr_tcfg("figure4")["train_sets"])}
+        ),
+        code=code("drpipe.papers.dcsr.tables"),
+    shell:
+        "drpipe tables-dcsr figure4 --reports {input:q} --labels {params.labels:q}"
+        " --out {output.png:q} --csv {output.csv:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+rule dcsr_vectors:
+    input:
+        unpack(lambda w: dcsr_vectors_inputs()),
+    output:
+        "results/dcsr/vectors_per_passage.csv",
+    log:
+        "results/logs/tables/dcsr_vectors.log",
+    benchmark:
+        "results/benchmarks/rules/tables/dcsr_vectors.tsv"
+    conda:
+        env()
+    params:
+        cfg=cfg_json({"scale": SCALE}),
+        code=code("drpipe.papers.dcsr.tables"),
+    shell:
+        "drpipe tables-dcsr vectors --passages {input.passages:q}"
+        " --sentences-report {input.sentences:q} --retrieve-report {input.retrieve:q}"
+        " --model {input.model:q} --out {output:q} --cfg {params.cfg:q} 2> {log:q}"
