@@ -3,6 +3,7 @@ and the comparison of two results folders (a synthetic three-rule workflow, so i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -13,7 +14,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from drpipe import audit as A
+from drpipe.audit.compare import compare_runs
+from drpipe.audit.filediff import TOLERANCE, compare_file
+from drpipe.audit.lineage import Lineage
+from drpipe.audit.metadata import read_metadata
+from drpipe.audit.record import audit
+from drpipe.audit.render import render_markdown
+from drpipe.audit.staleness import parse_dry_run, staleness
 
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 
@@ -152,10 +159,10 @@ def _args(work: Path, *extra: str) -> list[str]:
 
 
 def test_metadata_records_decode_to_output_paths(run_a):
-    records = A.read_metadata(run_a)
+    records = read_metadata(run_a)
     assert "results/table.csv" in records
     assert records["results/metrics/dpr/none/ds-test.json"]["rule"] == "evaluate"
-    lineage = A.Lineage(run_a)
+    lineage = Lineage(run_a)
     job = lineage.job_of("results/metrics/dpr/none/ds-test.per_question.parquet")
     assert job.rule == "evaluate" and job.cfg == {"run": "dpr", "bonus": 0}
     assert job.code == "1111222233334444"
@@ -163,7 +170,7 @@ def test_metadata_records_decode_to_output_paths(run_a):
 
 
 def test_every_table_cell_traces_to_its_metrics_and_the_input_sha256(run_a):
-    record = A.audit(run_a / "results", staleness_args=None)
+    record = audit(run_a / "results", staleness_args=None)
     cells = [c for c in record["cells"] if c["table"] == "results/table.csv"]
     # Two rows x two metric columns; the _paper column is not a metric cell.
     assert {(c["label"], c["column"]) for c in cells} == {
@@ -180,21 +187,21 @@ def test_every_table_cell_traces_to_its_metrics_and_the_input_sha256(run_a):
     assert "results/data/records/src/in.txt.json" in fetch["reports"]
     [inp] = record["inputs"]
     data = (run_a / "results/data/src/in.txt").read_bytes()
-    assert inp["sha256"] == A.hashlib.sha256(data).hexdigest()
+    assert inp["sha256"] == hashlib.sha256(data).hexdigest()
     assert record["checksum_mismatches"] == []
     assert set(record["runtime_by_rule"]) == {"fetch", "evaluate", "table"}
-    text = A.render_markdown(record)
+    text = render_markdown(record)
     assert "results/metrics/dpr/none/ds-test.json" in text and "evaluate ← fetch" in text
 
 
 def test_nothing_stale_after_a_run(run_a):
-    st = A.staleness(A.Lineage(run_a), _args(run_a))
+    st = staleness(Lineage(run_a), _args(run_a))
     assert st["stale_jobs"] == [] and st["by_rule"] == {}
     assert st["targets"] == ["results/table.csv"]
 
 
 def test_config_change_is_named_per_rule(run_a):
-    st = A.staleness(A.Lineage(run_a), _args(run_a, "--config", "bonus=1"))
+    st = staleness(Lineage(run_a), _args(run_a, "--config", "bonus=1"))
     assert st["by_rule"]["evaluate"]["jobs"] == 2
     assert st["by_rule"]["evaluate"]["config_changes"] == ["bonus: 0 -> 1"]
     assert "upstream reruns" in st["by_rule"]["table"]["reasons"]
@@ -205,7 +212,7 @@ def test_changed_input_bytes_are_reported(run_a, tmp_path):
     work = _copy(run_a, tmp_path / "changed")
     data = work / "results/data/src/in.txt"
     data.write_bytes(data.read_bytes() + b"extra")
-    record = A.audit(work / "results", staleness_args=_args(work))
+    record = audit(work / "results", staleness_args=_args(work))
     problems = {(m["file"], m["problem"]) for m in record["checksum_mismatches"]}
     assert ("results/data/src/in.txt", "changed") in problems  # against the fetch record
     # ... and Snakemake's own recorded checksum of the small input (taken by evaluate).
@@ -217,20 +224,20 @@ def test_records_of_deleted_files_are_set_aside_and_a_moved_folder_is_named(run_
     # Snakemake keeps a deleted file's metadata record: the audit must not read the file.
     work = _copy(run_a, tmp_path / "pruned")
     (work / "results/table.csv").unlink()
-    record = A.audit(work / "results", staleness_args=None)
+    record = audit(work / "results", staleness_args=None)
     assert record["records_without_file"] == ["results/table.csv"]
     assert record["tables"] == {} and record["cells"] == []
-    assert "1 Snakemake records name files that no longer exist" in A.render_markdown(record)
+    assert "1 Snakemake records name files that no longer exist" in render_markdown(record)
     # A renamed results folder keeps its records under the old name: a clear error.
     (work / "results").rename(work / "results.old")
     (work / "results").mkdir()
     with pytest.raises(SystemExit, match=r"results.old.*no Snakemake record names a file"):
-        A.audit(work / "results.old", staleness_args=None)
+        audit(work / "results.old", staleness_args=None)
 
 
 def test_identical_copies_compare_identical(run_a, tmp_path):
     work = _copy(run_a, tmp_path / "b")
-    cmp = A.compare_runs(run_a / "results", work / "results")
+    cmp = compare_runs(run_a / "results", work / "results")
     assert set(cmp["file_status_counts"]) == {"identical"}
     table = cmp["tables"]["results/table.csv"]
     assert table["status_counts"] == {"identical": table["cells"]} and table["cells"] == 6
@@ -243,12 +250,12 @@ def test_float_noise_is_within_tolerance_and_timings_are_set_aside(run_a, tmp_pa
     m["top_k"]["20"] += 1e-9
     m["seconds"] = 99.0
     path.write_text(json.dumps(m))
-    cmp = A.compare_runs(run_a / "results", work / "results")
+    cmp = compare_runs(run_a / "results", work / "results")
     status = {f["path"]: (f["status"], f["detail"]) for f in cmp["files"]}
     assert status["results/metrics/bm25/none/ds-test.json"][0] == "within_tolerance"
     m["top_k"]["20"] -= 1e-9
     path.write_text(json.dumps(m))
-    cmp = A.compare_runs(run_a / "results", work / "results")
+    cmp = compare_runs(run_a / "results", work / "results")
     status = {f["path"]: (f["status"], f["detail"]) for f in cmp["files"]}
     assert status["results/metrics/bm25/none/ds-test.json"] == (
         "equivalent",
@@ -259,7 +266,7 @@ def test_float_noise_is_within_tolerance_and_timings_are_set_aside(run_a, tmp_pa
 def test_a_config_change_is_where_two_runs_diverge(run_a, tmp_path):
     work = _copy(run_a, tmp_path / "bonus")
     _snakemake(work, "--config", "bonus=2")
-    cmp = A.compare_runs(run_a / "results", work / "results")
+    cmp = compare_runs(run_a / "results", work / "results")
     status = {f["path"]: f["status"] for f in cmp["files"]}
     assert status["results/data/src/in.txt"] == "identical"
     assert status["results/metrics/dpr/none/ds-test.json"] == "different"
@@ -273,9 +280,9 @@ def test_a_config_change_is_where_two_runs_diverge(run_a, tmp_path):
     assert ("BM25", "ds_top1") in diffs and ("DPR", "ds_top20") in diffs
     assert ("DPR", "ds_top1_paper") not in diffs
     # The audit's own page says where and why.
-    record = A.audit(run_a / "results", against=work / "results", staleness_args=None)
+    record = audit(run_a / "results", against=work / "results", staleness_args=None)
     assert "evaluate `results/metrics/bm25/none/ds-test.json`: config (bonus: 0 -> 2)" in (
-        A.render_markdown(record)
+        render_markdown(record)
     )
 
 
@@ -284,18 +291,18 @@ def test_parquet_and_npy_comparisons(tmp_path):
     frame = pd.DataFrame({"qid": ["1", "2"], "rank": [1, 2], "score": [0.5, 0.25]})
     frame.to_parquet(a)
     frame.assign(score=[0.5 + 1e-9, 0.25]).to_parquet(b)
-    assert A.compare_file(a, b, A.TOLERANCE)[0] == "within_tolerance"
+    assert compare_file(a, b, TOLERANCE)[0] == "within_tolerance"
     frame.assign(rank=[2, 1]).to_parquet(b)
-    assert A.compare_file(a, b, A.TOLERANCE)[0] == "different"
+    assert compare_file(a, b, TOLERANCE)[0] == "different"
     import numpy as np
 
     np.save(tmp_path / "x.npy", np.ones((3, 2), dtype=np.float32))
     np.save(tmp_path / "y.npy", np.ones((3, 2), dtype=np.float32) + 1e-7)
-    assert A.compare_file(tmp_path / "x.npy", tmp_path / "y.npy", A.TOLERANCE)[0] == (
+    assert compare_file(tmp_path / "x.npy", tmp_path / "y.npy", TOLERANCE)[0] == (
         "within_tolerance"
     )
     np.save(tmp_path / "y.npy", np.ones((3, 2), dtype=np.float32) * 2)
-    assert A.compare_file(tmp_path / "x.npy", tmp_path / "y.npy", A.TOLERANCE)[0] == "different"
+    assert compare_file(tmp_path / "x.npy", tmp_path / "y.npy", TOLERANCE)[0] == "different"
 
 
 def test_dry_run_parsing_explains_params_changes():
@@ -316,7 +323,7 @@ def test_dry_run_parsing_explains_params_changes():
             jobid: 0
         """
     )
-    [job] = A.parse_dry_run(text)
+    [job] = parse_dry_run(text)
     assert job["rule"] == "train" and job["cfg"] == {"lr": 3e-05, "seed": 13}
     kinds = [r["kind"] for r in job["reasons"]]
     assert kinds == ["params changed", "upstream reruns"]

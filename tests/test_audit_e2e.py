@@ -21,7 +21,8 @@ import yaml
 from test_workflow_e2e import TINY
 from workflow_util import REPO, snakemake
 
-from drpipe import audit as A
+from drpipe.audit.lineage import Lineage
+from drpipe.audit.staleness import staleness
 
 pytestmark = pytest.mark.slow
 
@@ -145,7 +146,7 @@ def test_a_config_change_is_reported_stale_per_rule(runs):
     a, _ = runs
     overlay = {**OVERLAY, "bm25": {"k1": 1.2, "b": 0.4, "hits": 100, "java": None}}
     args = shlex.split(_overlay_args(a, overlay))
-    st = A.staleness(A.Lineage(a), args)
+    st = staleness(Lineage(a), args)
     assert "k1: 0.9 -> 1.2" in st["by_rule"]["bm25_search"]["config_changes"]
     assert {"mine", "train", "evaluate", "table2"} <= set(st["by_rule"])
     assert not {"fetch", "documents", "bm25_index", "init_model"} & set(st["by_rule"])

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from drpipe import audit as A
+from drpipe.audit.render import render_csv_html
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -75,7 +75,7 @@ def test_table_page_puts_paper_value_and_difference_beside_each_cell(tmp_path):
     csv = tmp_path / "table2.csv"
     frame.to_csv(csv, index=False)
     (tmp_path / "table2.md").write_text("# DPR Table 2\n\nPaper values are copied.\n\n| a |\n")
-    A.render_csv_html(csv, tmp_path / "table2.html")
+    render_csv_html(csv, tmp_path / "table2.html")
     text = (tmp_path / "table2.html").read_text()
     [table] = parse_tables(text)
     head = table["head"]
