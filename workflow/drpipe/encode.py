@@ -30,8 +30,9 @@ import numpy as np
 
 from drpipe.cliutil import add_cfg, add_runtime
 from drpipe.corpus.passages import iter_passages, num_passages, shard_bounds
+from drpipe.corpus.sentences import iter_sentence_groups
 from drpipe.errors import InputError
-from drpipe.io import atomic_path, iter_parquet, progress, write_json
+from drpipe.io import atomic_path, progress, write_json
 from drpipe.provenance import environment
 
 log = logging.getLogger(__name__)
@@ -138,21 +139,6 @@ def set_threads(threads: int | None) -> None:
         import torch
 
         torch.set_num_threads(int(threads))
-
-
-def iter_sentence_groups(path: str | Path) -> Iterator[tuple[int, list[tuple[int, int]]]]:
-    """``(pid, [(start, end), ...])`` per passage of a sentence table, in file order."""
-    pid, spans = None, []
-    for batch in iter_parquet(path, columns=["pid", "start", "end"]):
-        cols = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(3)]
-        for p, a, b in zip(*cols, strict=True):
-            if p != pid:
-                if pid is not None:
-                    yield int(pid), spans
-                pid, spans = p, []
-            spans.append((int(a), int(b)))
-    if pid is not None:
-        yield int(pid), spans
 
 
 def attach_sentences(

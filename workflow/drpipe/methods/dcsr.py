@@ -376,7 +376,7 @@ class DCSR(Method):
 
     def prepare(self, corpus: dict[str, Any], examples: Sequence[dict]) -> None:
         """Sentence spans of every passage the examples name; ``k`` from the sentence table."""
-        from drpipe.encode import iter_sentence_groups
+        from drpipe.corpus.sentences import iter_sentence_groups
         from drpipe.io import iter_parquet, parquet_num_rows
 
         wanted: set[int] = set()
