@@ -31,6 +31,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from drpipe import bm25
+from drpipe.anserini import anserini_jar, java_executable
 from drpipe.corpus.chunk import chunk_documents
 from drpipe.corpus.passages import num_passages
 from drpipe.corpus.sources import squad_documents
@@ -57,8 +58,8 @@ def build_corpus(data: Path, tmp: Path) -> tuple[Path, Path]:
 
 def time_anserini(index: Path, topics: Path, out: Path, cfg: dict) -> float:
     cmd = [
-        bm25.java_executable(cfg.get("java")),
-        "-cp", str(bm25.anserini_jar()),
+        java_executable(cfg.get("java")),
+        "-cp", str(anserini_jar()),
         "io.anserini.search.SearchCollection",
         "-index", str(index), "-topics", str(topics), "-topicReader", "TsvInt",
         "-output", str(out), "-bm25", "-bm25.k1", str(cfg["k1"]), "-bm25.b", str(cfg["b"]),

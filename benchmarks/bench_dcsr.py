@@ -56,7 +56,7 @@ def main() -> None:
     import torch
 
     from drpipe.cli import main as drpipe
-    from drpipe.encode import iter_sentence_groups
+    from drpipe.corpus.sentences import iter_sentence_groups
     from drpipe.encoders import BiEncoder, encode_texts
     from drpipe.index import DenseIndex, build_index
     from drpipe.io import write_json

@@ -3,7 +3,7 @@
 Real all-MiniLM-L6-v2 (from its PyPI package) and real SQuAD dev questions with their paragraph
 as positive and another paragraph of the article as hard negative. The same global batches go
 through
-- ``drpipe.training.train_model`` (examples/s over its optimizer steps: collate, tokenise,
+- ``drpipe.training.loop.train_model`` (examples/s over its optimizer steps: collate, tokenise,
   forward, in-batch NLL, backward, clipping, AdamW, scheduler), and
 - a reference: plain ``transformers`` forward of two encoders, CLS vectors, in-batch NLL,
   backward, AdamW step, in a simple loop.
@@ -91,7 +91,7 @@ def reference_run(examples, cfg, batches) -> float:
 
 
 def ours_run(train_file: Path, cfg: dict, workdir: Path) -> dict:
-    from drpipe.training import train_model
+    from drpipe.training.loop import train_model
 
     out = workdir / f"model-{time.monotonic_ns()}"
     report = train_model("dpr", [train_file], out, cfg)
@@ -112,7 +112,8 @@ def main() -> int:
 
     from drpipe.encoders import cpu_has_fast_bf16
     from drpipe.io import write_json, write_jsonl
-    from drpipe.training import default_threads, epoch_batches
+    from drpipe.training.data import epoch_batches
+    from drpipe.training.distributed import default_threads
 
     mirror = Path(os.environ.get("DATA_MIRROR", REPO.parent / "shared" / "data"))
     examples = squad_examples(mirror, args.examples)

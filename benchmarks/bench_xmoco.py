@@ -64,7 +64,8 @@ def speed(train_file: Path, cfg: dict, repeats: int, workdir: Path) -> dict:
     """Seconds per optimizer step of both methods, interleaved step by step in one process (the
     order alternates each batch) so that changing background load hits both alike."""
     from drpipe.methods.base import CollateContext
-    from drpipe.training import Trainer, shard
+    from drpipe.training.data import shard
+    from drpipe.training.loop import Trainer
 
     trainers = {
         "dpr": Trainer("dpr", [train_file], workdir / "dpr", cfg),
@@ -144,7 +145,7 @@ def peak_rss_bytes() -> int:
 
 def child_memory(args: argparse.Namespace) -> int:
     """Train a few steps with one queue size; print this process's peak RSS."""
-    from drpipe.training import train_model
+    from drpipe.training.loop import train_model
 
     cfg = json.loads(args.child_cfg)
     out = Path(args.child_out)
@@ -213,7 +214,7 @@ def main() -> int:
     import torch
 
     from drpipe.io import write_json, write_jsonl
-    from drpipe.training import default_threads
+    from drpipe.training.distributed import default_threads
 
     mirror = Path(os.environ.get("DATA_MIRROR", REPO.parent / "shared" / "data"))
     threads = default_threads()

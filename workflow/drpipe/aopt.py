@@ -53,6 +53,7 @@ evaluated in memory: the data of Figure 6).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import time
@@ -65,9 +66,15 @@ from typing import Any
 import numpy as np
 
 from drpipe.cliutil import add_cfg
+from drpipe.corpus.passages import load_passages
+from drpipe.encode import ids_path_for, read_query_vectors
 from drpipe.errors import InputError
+from drpipe.index import open_shards
 from drpipe.io import atomic_path, write_json
 from drpipe.provenance import environment
+from drpipe.qa.datasets import read_questions
+from drpipe.qa.matching import AnswerMatcher
+from drpipe.runs import read_run
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +148,6 @@ class PassageVectors:
 
 
 def read_passage_vectors(paths: Sequence[str | Path]) -> PassageVectors:
-    from drpipe.index import open_shards
-
     shards = open_shards(paths)
     vectors = np.concatenate([np.asarray(v) for v in shards.vectors])
     return PassageVectors(shards.paths, [len(v) for v in shards.vectors], shards.ids, vectors)
@@ -152,8 +157,6 @@ def write_passage_vectors(
     like: PassageVectors, vectors: np.ndarray, outs: Sequence[str | Path]
 ) -> None:
     """One output shard per input shard: the same ids, the new rows, the input's dtype."""
-    from drpipe.encode import ids_path_for
-
     if len(outs) != len(like.paths):
         raise SystemExit(f"error: {len(like.paths)} input shards but {len(outs)} --out files")
     lo = 0
@@ -169,8 +172,6 @@ def write_passage_vectors(
 
 def write_query_vectors(qids: Sequence[str], vectors: np.ndarray, out: str | Path) -> None:
     """``out`` (float32) and its ``.ids.npy`` (qids), as ``drpipe encode-queries`` writes them."""
-    from drpipe.encode import ids_path_for
-
     with atomic_path(ids_path_for(out)) as tmp, open(tmp, "wb") as fh:
         np.save(fh, np.array([str(q) for q in qids]))
     with atomic_path(out) as tmp, open(tmp, "wb") as fh:
@@ -199,9 +200,6 @@ def answer_flags(
     passages: str | Path,
 ) -> dict[str, np.ndarray]:
     """Equation 8: per question of the run, does each retrieved passage contain an answer?"""
-    from drpipe.corpus.passages import load_passages
-    from drpipe.qa.matching import AnswerMatcher
-
     needed = {int(p) for pids, _ in run.values() for p in pids}
     try:
         texts = load_passages(passages, needed)
@@ -230,14 +228,10 @@ def build_labels(
 ) -> Labels:
     """Labels of the top ``cfg.depth`` of every question of a run (knowledge filtering with the
     questions' answers, or pseudo-relevance feedback, which reads no answers)."""
-    from drpipe.runs import read_run
-
     depth = int(cfg["depth"])
     if cfg["labels"] == "answers":
         if questions_path is None or passages_path is None:
             raise SystemExit("error: labels 'answers' need --questions and --passages")
-        from drpipe.qa.datasets import read_questions
-
         questions = read_questions(questions_path)
         run = read_run(run_path, depth, qids=[q["qid"] for q in questions])
         flags = answer_flags(run, questions, passages_path)
@@ -480,10 +474,8 @@ def _single_threaded_blas():
     """BLAS on one thread per call: the matrices here are small, and a multi-threaded BLAS
     on them was 20x slower on a shared 2-core machine (parallelism is over groups instead)."""
     try:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # here: an optional dependency
     except ImportError:  # optional: without it BLAS keeps its own setting
-        import contextlib
-
         return contextlib.nullcontext()
     return threadpool_limits(1, user_api="blas")
 
@@ -499,7 +491,7 @@ def optimise_loop(
 ) -> OptResult:
     """The plain form: one vector at a time, batch size 1, loss and gradient by torch autograd.
     Same stopping rule as ``optimise``; the reference the tests and the benchmark compare with."""
-    import torch
+    import torch  # lazy: ~1 s at CLI start-up, and only this reference form uses it
 
     n, d = len(problems.rows), centres.shape[1]
     out = OptResult(
@@ -638,9 +630,6 @@ def grid_accuracy(
     formed from three score matrices per block of questions; the top ``top_k`` and DPR's answer
     matching follow as in ``drpipe retrieve`` and ``drpipe evaluate``.
     """
-    from drpipe.corpus.passages import load_passages
-    from drpipe.qa.matching import AnswerMatcher
-
     alpha, top_k = float(cfg["alpha"]), int(cfg["top_k"])
     ks = sorted(int(k) for k in cfg["ks"])
     grid = [(float(b), float(g)) for b in cfg["betas"] for g in cfg["gammas"]]
@@ -689,8 +678,6 @@ def grid_accuracy(
 
 
 def _read_label_side(args: argparse.Namespace, cfg: dict[str, Any]):
-    from drpipe.encode import read_query_vectors
-
     pvec = read_passage_vectors(args.shards)
     qids, qvecs = read_query_vectors(args.queries)
     if qvecs.shape[1] != pvec.vectors.shape[1]:
@@ -750,10 +737,7 @@ def _cmd_linear(args: argparse.Namespace) -> int:
 
 
 def _cmd_linear_grid(args: argparse.Namespace) -> int:
-    import pandas as pd
-
-    from drpipe.encode import read_query_vectors
-    from drpipe.qa.datasets import read_questions
+    import pandas as pd  # lazy: ~0.2 s to import (measured), and only this command uses it
 
     cfg = merged_cfg(args.cfg, DEFAULT_GRID_CFG)
     t0 = time.perf_counter()

@@ -73,6 +73,7 @@ def with_methods(schema: dict) -> dict:
     """``schema`` with one ``methods.<name>`` block per registered method: the shared training
     keys (``$defs.train_hparams``) plus the method's own, and its ``variants``, whose
     ``overrides`` take the same keys; ``tables.methods`` lists the registered names."""
+    # lazy: the methods import torch (~1 s); deep_merge and ConfigError users need none of it
     from drpipe.methods import method_class, method_names
 
     schema = copy.deepcopy(schema)
@@ -191,7 +192,7 @@ def split_run_name(run: str) -> tuple[str, str | None]:
 
 def method_block(config: dict, method: str) -> dict[str, Any]:
     """The config block of ``method`` (a registered method; empty when not configured)."""
-    from drpipe.methods import method_names
+    from drpipe.methods import method_names  # lazy: see with_methods
 
     base, _ = split_run_name(method)
     if base not in method_names():

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,9 +31,11 @@ import numpy as np
 
 from drpipe.cliutil import add_cfg, add_runtime
 from drpipe.corpus.passages import iter_passages, num_passages, shard_bounds
+from drpipe.corpus.sentences import iter_sentence_groups
 from drpipe.errors import InputError
-from drpipe.io import atomic_path, iter_parquet, progress, write_json
+from drpipe.io import atomic_path, progress, write_json
 from drpipe.provenance import environment
+from drpipe.qa.datasets import read_questions
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +89,6 @@ class NpyAppender:
 
     def _header(self) -> bytes:
         """Format 1.0 header of exactly ``HEADER`` bytes for the current shape."""
-        import struct
-
         text = repr({"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
                      "shape": (self.rows,) if self.dim is None else (self.rows, self.dim)})  # fmt: skip
         body = self.HEADER - 10  # magic (6) + version (2) + length (2)
@@ -135,24 +136,9 @@ def _blocks(
 
 def set_threads(threads: int | None) -> None:
     if threads:
-        import torch
+        import torch  # lazy: ~1 s at CLI start-up, which imports this module
 
         torch.set_num_threads(int(threads))
-
-
-def iter_sentence_groups(path: str | Path) -> Iterator[tuple[int, list[tuple[int, int]]]]:
-    """``(pid, [(start, end), ...])`` per passage of a sentence table, in file order."""
-    pid, spans = None, []
-    for batch in iter_parquet(path, columns=["pid", "start", "end"]):
-        cols = [batch.column(i).to_numpy(zero_copy_only=False) for i in range(3)]
-        for p, a, b in zip(*cols, strict=True):
-            if p != pid:
-                if pid is not None:
-                    yield int(pid), spans
-                pid, spans = p, []
-            spans.append((int(a), int(b)))
-    if pid is not None:
-        yield int(pid), spans
 
 
 def attach_sentences(
@@ -190,6 +176,7 @@ def encode_shard(
     ``model``: an already loaded ``BiEncoder`` (saves reloading it when called repeatedly, as in
     tests and benchmarks); by default it is loaded from ``model_dir``. Returns a report dict.
     """
+    # lazy: these import torch (~1 s at CLI start-up, which imports this module)
     from drpipe.encoders import BiEncoder, select_device, use_bf16
     from drpipe.methods import get_method
     from drpipe.methods.base import CorpusBlock, EncodeSettings
@@ -284,8 +271,8 @@ def encode_queries(
 ) -> dict[str, Any]:
     """Question vectors of a question table -> ``out`` (float32) and ``out``'s ``.ids.npy``
     (qids, in table order)."""
+    # lazy: imports torch (~1 s at CLI start-up, which imports this module)
     from drpipe.encoders import BiEncoder, encode_texts, select_device, use_bf16
-    from drpipe.qa.datasets import read_questions
 
     cfg = merged_cfg(cfg, DEFAULT_QUERY_CFG)
     set_threads(cfg["threads"])

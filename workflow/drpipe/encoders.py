@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from drpipe.errors import InputError
 from drpipe.io import progress
 
 log = logging.getLogger(__name__)
@@ -121,6 +122,7 @@ class Encoder(nn.Module):
         dropout: float | None = None,
         grad_checkpointing: bool = False,
     ) -> Encoder:
+        # lazy: transformers costs ~1 s; the methods (and so the Snakefile) import this module
         from transformers import AutoConfig, AutoModel
 
         config = AutoConfig.from_pretrained(path)
@@ -226,9 +228,7 @@ class BiEncoder(nn.Module):
         add_tokens: Sequence[str] = (),
     ) -> BiEncoder:
         """Build from a pretrained model (``init`` as in config; ``add_tokens``: e.g. ``<sent>``)."""
-        from transformers import AutoTokenizer
-
-        from drpipe.errors import InputError
+        from transformers import AutoTokenizer  # lazy: ~1 s, see Encoder.from_pretrained
 
         where = "config key encoder.init (or methods.<method>.init)"
         try:
@@ -294,7 +294,7 @@ class BiEncoder(nn.Module):
         dropout: float | None = None,
         grad_checkpointing: bool = False,
     ) -> BiEncoder:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # lazy: ~1 s, see Encoder.from_pretrained
 
         directory = Path(directory)
         meta = cls.read_meta(directory)

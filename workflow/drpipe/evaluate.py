@@ -17,7 +17,11 @@ from typing import Any
 import pyarrow as pa
 
 from drpipe.cliutil import add_cfg, need
+from drpipe.corpus.passages import load_passages
 from drpipe.errors import InputError
+from drpipe.io import write_json, write_parquet
+from drpipe.qa.datasets import read_questions
+from drpipe.qa.matching import AnswerMatcher
 from drpipe.runs import read_run
 
 log = logging.getLogger(__name__)
@@ -59,10 +63,6 @@ def top_k_accuracy(
 
     Only passages within ``depth`` (default ``max(ks)``) are loaded and checked.
     """
-    from drpipe.corpus.passages import load_passages
-    from drpipe.qa.datasets import read_questions
-    from drpipe.qa.matching import AnswerMatcher
-
     ks = sorted({int(k) for k in ks})
     if not ks or ks[0] < 1:
         raise ValueError(f"ks must be positive integers, got {ks}")
@@ -95,8 +95,6 @@ def top_k_accuracy(
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from drpipe.io import write_json, write_parquet
-
     cfg = args.cfg
     start = time.perf_counter()
     summary, first_hits = top_k_accuracy(

@@ -285,7 +285,7 @@ def _train_sample(shards: Shards, size: int, seed: int) -> np.ndarray:
 
 def build_index(embeddings: Sequence[str | Path], out: str | Path, cfg: dict[str, Any]) -> dict:
     """Build the index ``cfg['type']`` from embedding shards, write it atomically, return its metadata."""
-    import faiss
+    import faiss  # lazy: its SIMD library load (~50 ms) would hit every CLI start-up
 
     cfg = merged_cfg(cfg)
     kind = cfg["type"]
@@ -412,7 +412,7 @@ class DenseIndex:
         ef_search: int | None = None,
         nprobe: int | None = None,
     ) -> DenseIndex:
-        import faiss
+        import faiss  # lazy: see build_index
 
         path = Path(path)
         for p in (path, ids_path(path), meta_path(path)):

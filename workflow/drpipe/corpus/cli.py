@@ -15,8 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from drpipe.cliutil import add_cfg, add_runtime
-from drpipe.io import write_json
+from drpipe.corpus.chunk import chunk_documents
+from drpipe.corpus.passages import iter_passages
+from drpipe.corpus.sentences import SplitterUnavailable, split_passages
+from drpipe.corpus.sources import dpr_tsv_to_passages, squad_documents, write_dpr_tsv
+from drpipe.corpus.wiki import DOC_SCHEMA, extract_wiki
+from drpipe.io import write_json, write_parquet
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +41,6 @@ def _finish(args: argparse.Namespace, step: str, report: dict[str, Any], t0: flo
 
 
 def _wiki(args: argparse.Namespace) -> None:
-    from drpipe.corpus.wiki import extract_wiki
-
     t0 = time.perf_counter()
     cfg = args.cfg
     counts = extract_wiki(
@@ -59,12 +64,6 @@ def _wiki(args: argparse.Namespace) -> None:
 
 
 def _squad_docs(args: argparse.Namespace) -> None:
-    import pyarrow as pa
-
-    from drpipe.corpus.sources import squad_documents
-    from drpipe.corpus.wiki import DOC_SCHEMA
-    from drpipe.io import write_parquet
-
     t0 = time.perf_counter()
     docs, counts = squad_documents(
         args.squad, args.cfg.get("sample_articles"), int(args.cfg.get("seed", 13))
@@ -87,8 +86,6 @@ def _squad_docs(args: argparse.Namespace) -> None:
 
 
 def _dpr_tsv(args: argparse.Namespace) -> None:
-    from drpipe.corpus.sources import dpr_tsv_to_passages
-
     t0 = time.perf_counter()
     counts = dpr_tsv_to_passages(
         args.tsv,
@@ -108,8 +105,6 @@ def _dpr_tsv(args: argparse.Namespace) -> None:
 
 
 def _chunk(args: argparse.Namespace) -> None:
-    from drpipe.corpus.chunk import chunk_documents
-
     t0 = time.perf_counter()
     if len(args.docs) != len(args.sources):
         raise SystemExit(
@@ -137,8 +132,6 @@ def _chunk(args: argparse.Namespace) -> None:
 
 
 def _sentences(args: argparse.Namespace) -> None:
-    from drpipe.corpus.sentences import SplitterUnavailable, split_passages
-
     t0 = time.perf_counter()
     try:
         counts = split_passages(
@@ -162,9 +155,6 @@ def _sentences(args: argparse.Namespace) -> None:
 
 
 def _export_tsv(args: argparse.Namespace) -> None:
-    from drpipe.corpus.passages import iter_passages
-    from drpipe.corpus.sources import write_dpr_tsv
-
     t0 = time.perf_counter()
 
     def rows():

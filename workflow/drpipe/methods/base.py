@@ -38,6 +38,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+import torch.distributed as dist
+
+from drpipe.encoders import encode_texts
 
 # Re-exported: methods and tests know the unit ids from here.
 from drpipe.units import SENT_SLOTS, UNIT_KINDS, unit_id, unit_pid, unit_sentence  # noqa: F401
@@ -54,8 +57,6 @@ class DistContext:
         """``n`` of every rank, in rank order."""
         if self.world_size == 1:
             return [n]
-        import torch.distributed as dist
-
         local = torch.tensor([n], dtype=torch.int64, device=device)
         out = [torch.zeros_like(local) for _ in range(self.world_size)]
         dist.all_gather(out, local)
@@ -69,8 +70,6 @@ class DistContext:
         """
         if self.world_size == 1:
             return t
-        import torch.distributed as dist
-
         sizes = self.sizes(t.shape[0], t.device)
         width = max(sizes)
         pad = width - t.shape[0]
@@ -216,8 +215,6 @@ class Method(ABC):
         self, model: Any, block: CorpusBlock, settings: EncodeSettings
     ) -> tuple[np.ndarray, np.ndarray]:
         """Unit ids [m] and vectors [m, d] of a block of passages (one vector per passage)."""
-        from drpipe.encoders import encode_texts
-
         vecs = encode_texts(
             model.passage.to(settings.device), model.tokenizer, block.titles, block.texts,
             batch_size=settings.batch_size, max_length=model.max_passage_len,

@@ -58,6 +58,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from drpipe.corpus.sentences import iter_sentence_groups
+from drpipe.encoders import autocast
+from drpipe.io import iter_parquet, parquet_num_rows
 from drpipe.methods.base import (
     SENT_SLOTS,
     CollateContext,
@@ -68,6 +71,7 @@ from drpipe.methods.base import (
     unit_id,
 )
 from drpipe.methods.dpr import dpr_nll, fp32, passage_id
+from drpipe.qa.matching import has_answer
 
 SENT_TOKEN = "<sent>"
 # A literal "<sent>" in a text would read as a marker; this spelling tokenizes as a vanilla
@@ -376,9 +380,6 @@ class DCSR(Method):
 
     def prepare(self, corpus: dict[str, Any], examples: Sequence[dict]) -> None:
         """Sentence spans of every passage the examples name; ``k`` from the sentence table."""
-        from drpipe.encode import iter_sentence_groups
-        from drpipe.io import iter_parquet, parquet_num_rows
-
         wanted: set[int] = set()
         for ex in examples:
             for key in ("positive_ctxs", "hard_negative_ctxs", "negative_ctxs"):
@@ -428,8 +429,6 @@ class DCSR(Method):
 
     def _positive(self, ex: dict) -> tuple[_Passage, list[int]] | None:
         """The positive passage and its answer-bearing sentences (DPR's answer matching)."""
-        from drpipe.qa.matching import has_answer
-
         ctxs = ex.get("positive_ctxs") or []
         psg = self._passage(ctxs[0]) if ctxs else None
         if psg is None:
@@ -672,8 +671,6 @@ class DCSR(Method):
         self, model: Any, block: CorpusBlock, settings: EncodeSettings
     ) -> tuple[np.ndarray, np.ndarray]:
         """One forward pass per passage; one vector per sentence whose marker fits."""
-        from drpipe.encoders import autocast
-
         if block.sentences is None:
             raise ValueError("DCSR encodes sentences: the block has no sentence spans")
         encoder = model.passage.to(settings.device)

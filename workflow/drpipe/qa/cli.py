@@ -10,6 +10,9 @@ import argparse
 import logging
 
 from drpipe.cliutil import add_cfg
+from drpipe.errors import InputError
+from drpipe.io import iter_parquet, write_json
+from drpipe.qa.datasets import load_questions, read_questions, write_questions
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +38,6 @@ def qa_subparsers(sub: argparse._SubParsersAction) -> argparse._SubParsersAction
 
 def read_doc_titles(paths: list[str]) -> set[str]:
     """All ``title`` values of documents Parquet files, read column-only in batches."""
-    from drpipe.errors import InputError
-    from drpipe.io import iter_parquet
-
     titles: set[str] = set()
     for path in paths:
         try:
@@ -49,9 +49,6 @@ def read_doc_titles(paths: list[str]) -> set[str]:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    from drpipe.io import write_json
-    from drpipe.qa.datasets import load_questions, read_questions, write_questions
-
     cfg = args.cfg
     restrict = read_doc_titles(args.restrict_docs) if args.restrict_docs else None
     exclude = None

@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 
 from drpipe.cliutil import add_cfg
+from drpipe.io import write_json, write_jsonl
+from drpipe.qa.mining import MiningConfig, mine, write_dpr_json
 
 
 def _mine_cmd(args: argparse.Namespace) -> int:
-    from drpipe.io import write_json, write_jsonl
-    from drpipe.qa.mining import MiningConfig, mine, write_dpr_json
-
     try:
         conf = MiningConfig.from_cfg(args.cfg)
     except (TypeError, ValueError) as exc:

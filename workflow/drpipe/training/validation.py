@@ -1,0 +1,50 @@
+"""Validation: mean loss and average rank of the positive over the validation examples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from drpipe.encoders import autocast
+from drpipe.methods.base import CollateContext, DistContext, Method
+from drpipe.training.distributed import all_reduce_sums
+
+
+def validate(
+    method: Method,
+    model: torch.nn.Module,
+    val: list[dict],
+    cfg: dict[str, Any],
+    dctx: DistContext,
+    device: torch.device,
+    bf16: bool,
+) -> dict[str, float]:
+    """Mean loss and average rank of the positive over validation batches (sharded by rank).
+    The method is called with ``train=False``: validation never changes its state."""
+    size = int(cfg["val_batch_size"] or cfg["batch_size"])
+    ctx = CollateContext(model=model, seed=int(cfg["seed"]), epoch=0, sample=False, pool=val)
+    sums = {"loss_sum": 0.0, "n_questions": 0.0, "rank_sum": 0.0, "correct": 0.0}
+    was_training = model.training
+    model.eval()
+    local = DistContext()
+    with torch.no_grad(), autocast(device, bf16):
+        for b, start in enumerate(range(0, len(val), size)):
+            if b % dctx.world_size != dctx.rank:
+                continue
+            idx = range(start, min(start + size, len(val)))
+            batch = method.collate([(i, val[i]) for i in idx], ctx).to(device)
+            _, stats = method.loss(model, batch, local, train=False)
+            sums["loss_sum"] += stats["loss"] * stats["n_questions"]
+            sums["n_questions"] += stats["n_questions"]
+            sums["rank_sum"] += stats["rank_sum"]
+            sums["correct"] += stats["correct"]
+    model.train(was_training)
+    sums = all_reduce_sums(sums, dctx)
+    n = max(sums["n_questions"], 1.0)
+    return {
+        "loss": sums["loss_sum"] / n,
+        "avg_rank": sums["rank_sum"] / n,
+        "accuracy": sums["correct"] / n,
+        "n_questions": int(sums["n_questions"]),
+    }
