@@ -15,6 +15,7 @@ from drpipe.config import resolve as resolve_config
 from drpipe.methods import method_class, method_module, method_names
 from drpipe.papers import paper, paper_of_run, papers
 from drpipe.subsets import parse_subset
+from drpipe.training.settings import DEFAULTS as TRAIN_DEFAULTS
 
 import yaml
 
@@ -429,11 +430,18 @@ def table2_code():
     return code("drpipe.tables.table2", *(paper(k).module for k in sorted(keys)))
 
 
+def train_setting(method, key):
+    """A method's training setting as `drpipe train` reads it: its config block (over the
+    encoder's), else the default every method shares (a new block may name only a few keys).
+    """
+    return method_config(C, method).get(key, TRAIN_DEFAULTS.get(key))
+
+
 def table2_setup():
     """What Table 2's notes say about this run's setup (see drpipe.tables.setup_notes)."""
     methods = C["tables"]["methods"]
     train_sets = {ts for _, ts, _, _, _ in table2_runs() if ts != "none"}
-    fractions = [C["methods"][m]["val_fraction"] for m in methods] or [0.0]
+    fractions = [train_setting(m, "val_fraction") for m in methods] or [0.0]
     return {
         "encoder": C["encoder"]["init"],
         "bm25_fields": C["bm25"]["fields"],
@@ -441,7 +449,7 @@ def table2_setup():
         "hybrid_lambda": C["hybrid"]["lambda"],
         "hybrid_grid": C["hybrid"]["grid"],
         "training": {
-            m: {k: C["methods"][m][k] for k in ("epochs", "batch_size")}
+            m: {k: train_setting(m, k) for k in ("epochs", "batch_size")}
             for m in methods
         },
         # A train set with dev files selects on them (val_set_files); else the held-out fraction.
