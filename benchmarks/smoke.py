@@ -3,7 +3,8 @@ smallest size, in seconds, so that ``tests/test_benchmarks.py`` notices when a b
 running. Smoke figures measure nothing; only full runs (the default) are reported.
 
 A benchmark declares ``RESULT_LINES``, regular expressions of the result lines it prints
-(the test checks them), and takes ``--smoke`` and ``--out`` through ``add_args``.
+(the test checks them), and takes ``--smoke`` and ``--out`` through ``add_args`` and
+``parse_args``.
 
 Standard library only at import time: ``bench_corpus`` measures its children's peak memory
 and must itself stay small.
@@ -38,7 +39,9 @@ def smoke_out(out: Path) -> Path:
     return out.parent / "smoke" / out.name
 
 
-def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None):
+def parse_args(
+    parser: argparse.ArgumentParser, argv: list[str] | None = None
+) -> argparse.Namespace:
     """``parser.parse_args`` with ``out`` filled in (see ``add_args``)."""
     args = parser.parse_args(argv)
     if args.out is None:

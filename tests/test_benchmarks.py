@@ -9,6 +9,7 @@ import ast
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -55,7 +56,7 @@ def test_benchmark_smoke(bench: Path, tmp_path: Path, data_mirror: Path) -> None
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
     }
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
         [sys.executable, str(bench), "--smoke", "--out", str(out)],
         cwd=tmp_path,
@@ -64,8 +65,9 @@ def test_benchmark_smoke(bench: Path, tmp_path: Path, data_mirror: Path) -> None
         text=True,
         timeout=600,
     )
-    seconds = time.perf_counter() - t0
-    print(f"{bench.name} --smoke: {seconds:.1f} s")
+    seconds, cpu = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = cpu.ru_utime + cpu.ru_stime - cpu0.ru_utime - cpu0.ru_stime
+    print(f"{bench.name} --smoke: {seconds:.1f} s wall, {cpu_s:.1f} s CPU")
     assert proc.returncode == 0, f"{bench.name} failed:\n{proc.stderr[-4000:]}"
     missing = [p for p in patterns if not re.search(p, proc.stdout)]
     assert not missing, f"{bench.name} did not print {missing}; stdout:\n{proc.stdout[-4000:]}"
