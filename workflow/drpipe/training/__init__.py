@@ -32,8 +32,8 @@ Modules, from the bottom up (cfg keys and their defaults are in ``settings``):
 - ``cli``: the ``train`` and ``init-model`` subcommands
 
 Only ``cli`` is imported here: ``drpipe.cli`` imports this package for every command, and the
-modules below it import torch (about a second). The code hash of ``drpipe.training`` covers
-them all through ``cli``'s imports.
+loop and what it builds import torch (about a second). The code hash of ``drpipe.training``
+still covers every module: ``cli`` imports the loop (in its handlers), the loop the rest.
 """
 
 from drpipe.training.cli import register
