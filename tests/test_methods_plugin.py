@@ -136,7 +136,7 @@ def test_code_hash_follows_imports_and_declared_package_data(tmp_path):
                 not in ("__init__", "base", "dpr")}  # fmt: skip
     retrieve = {str(p.relative_to(PKG)) for p in closure(["drpipe.retrieve"])}
     assert "runs.py" in retrieve
-    table2 = ["drpipe.tables.table2", "drpipe.papers.dpr"]
+    table2 = ["drpipe.papers.table2", "drpipe.papers.dpr"]
     tables = {str(p.relative_to(PKG)) for p in closure(table2)}
     assert "papers/dpr/numbers.csv" in tables
 

@@ -19,8 +19,8 @@ from drpipe.cli import build_parser
 from drpipe.config import resolve
 from drpipe.papers import paper_names, paper_of_run, papers, row_order
 from drpipe.papers.numbers import load_paper_numbers, load_papers
+from drpipe.papers.table2 import table2, table2_markdown
 from drpipe.tables.notes import setup_notes
-from drpipe.tables.table2 import table2, table2_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 PKG = REPO / "workflow" / "drpipe"

@@ -12,8 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from drpipe.errors import InputError
+from drpipe.papers import table2
 from drpipe.papers.dpr import tables as dpr_tables
-from drpipe.tables import compare, metrics, table2
+from drpipe.tables import compare, metrics
 
 ROW_MAP = {
     "bm25": {"method": "BM25", "training": "None", "paper": "dpr"},

@@ -26,7 +26,7 @@ MODULES = [
     "drpipe.retrieve",
     "drpipe.evaluate",
     "drpipe.subsets",
-    "drpipe.tables.table2",
+    "drpipe.papers.table2",
     "drpipe.aopt",
     "drpipe.provenance",
     "drpipe.claims",

@@ -427,7 +427,7 @@ def table2_row_map():
 def table2_code():
     """Code hash of Table 2: its module and the papers whose numbers sit beside its rows."""
     keys = {v["paper"] for v in table2_row_map().values() if v["paper"]}
-    return code("drpipe.tables.table2", *(paper(k).module for k in sorted(keys)))
+    return code("drpipe.papers.table2", *(paper(k).module for k in sorted(keys)))
 
 
 def train_setting(method, key):

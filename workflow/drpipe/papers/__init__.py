@@ -14,12 +14,22 @@ from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+from drpipe.tables.protocols import LEAKFREE, ORACLE, STANDARD
+
 ROOT = Path(__file__).resolve().parent
-# A table row's protocol: the rows that never saw a test answer, AOpt's leak-free rows, and
-# rows whose method read the test answers (oracles: an upper bound, in a block of their own).
-STANDARD = "standard"
-LEAKFREE = "leak-free"
-ORACLE = "uses the test answers (oracle)"
+# The protocol names are re-exported: a paper's spec says which protocol its numbers sit beside.
+__all__ = [
+    "LEAKFREE",
+    "ORACLE",
+    "STANDARD",
+    "Paper",
+    "Table2Source",
+    "paper",
+    "paper_names",
+    "paper_of_run",
+    "papers",
+    "row_order",
+]
 
 
 @dataclass(frozen=True)

@@ -128,3 +128,8 @@ def paper_value(
     if len(hits) > 1:
         raise ValueError(f"several paper values for {table}/{setting}/{method}/{dataset}/{metric}")
     return None if hits.empty else float(hits.iloc[0])
+
+
+def citation(key: str) -> str:
+    """The full citation of a registered paper (its ``citation.csv``)."""
+    return str(load_papers().set_index("paper").loc[key, "citation"])

@@ -10,7 +10,6 @@ from typing import Any
 import pandas as pd
 
 from drpipe.io import atomic_path
-from drpipe.papers.numbers import load_papers
 
 
 def fmt(value: Any) -> str:
@@ -55,9 +54,3 @@ def new_figure(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
     import matplotlib.pyplot as plt
 
     return plt.subplots(*args, **kwargs)
-
-
-def citation(paper: str) -> str:
-    """The full citation of a registered paper (its ``citation.csv``)."""
-    papers = load_papers().set_index("paper")
-    return str(papers.loc[paper, "citation"])

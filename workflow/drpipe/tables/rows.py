@@ -12,14 +12,11 @@ from typing import Any
 import pandas as pd
 
 from drpipe.cliutil import need
-from drpipe.papers import LEAKFREE, ORACLE, STANDARD
 
 REPRODUCED = "reproduced: computed by this pipeline"
 # DPR's dataset order; datasets the paper does not have follow in name order.
 DATASET_ORDER = ("nq", "triviaqa", "wq", "trec", "squad")
 TRAINING_ORDER = ("None", "Single", "Multi")
-# Rows by protocol (drpipe.papers): oracle rows come last, in a block of their own.
-PROTOCOL_ORDER = (STANDARD, LEAKFREE, ORACLE)
 # DPR's SQuAD "test" set is the SQuAD v1.1 dev set (10,570 questions, DPR Table 1), so our
 # squad/dev is compared with the paper's squad/test unless the config says otherwise.
 DEFAULT_SPLIT_EQUIV = {"squad": {"dev": "test"}}

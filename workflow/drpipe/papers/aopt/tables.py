@@ -22,14 +22,14 @@ import pandas as pd
 
 from drpipe.cliutil import need
 from drpipe.errors import InputError
-from drpipe.papers import LEAKFREE, ORACLE, STANDARD
 from drpipe.papers.aopt import TABLE3
-from drpipe.papers.numbers import load_paper_numbers, paper_value
+from drpipe.papers.numbers import citation, load_paper_numbers, paper_value
 from drpipe.tables.cli import add_figure_command, add_table_command, command_group
 from drpipe.tables.compare import comparable
 from drpipe.tables.metrics import KS, read_metrics
-from drpipe.tables.output import citation, md_table, new_figure, save_figure, write_csv, write_text
-from drpipe.tables.rows import PROTOCOL_ORDER, REPRODUCED
+from drpipe.tables.output import md_table, new_figure, save_figure, write_csv, write_text
+from drpipe.tables.protocols import LEAKFREE, ORACLE, PROTOCOL_ORDER, STANDARD
+from drpipe.tables.rows import REPRODUCED
 
 log = logging.getLogger(__name__)
 

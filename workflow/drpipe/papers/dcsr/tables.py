@@ -27,7 +27,7 @@ import pandas as pd
 
 from drpipe.cliutil import add_cfg, need
 from drpipe.io import parquet_num_rows, read_json
-from drpipe.papers.numbers import load_paper_numbers
+from drpipe.papers.numbers import citation, load_paper_numbers
 from drpipe.tables.cli import add_figure_command, add_table_command, command_group
 from drpipe.tables.compare import (
     comparable,
@@ -39,7 +39,7 @@ from drpipe.tables.compare import (
     r2,
 )
 from drpipe.tables.metrics import KS, read_metrics
-from drpipe.tables.output import citation, md_table, new_figure, save_figure, write_csv, write_text
+from drpipe.tables.output import md_table, new_figure, save_figure, write_csv, write_text
 from drpipe.tables.rows import REPRODUCED
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """DPR's Table 3 (training schemes) and Figure 1 (top-k against k by training-set size), each
-reproduced number beside the printed one. Its Table 2 is the shared ``drpipe.tables.table2``.
+reproduced number beside the printed one. Its Table 2 is the shared ``drpipe.papers.table2``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pandas as pd
 
 from drpipe.cliutil import need
 from drpipe.papers.dpr import TABLE3
-from drpipe.papers.numbers import load_paper_numbers
+from drpipe.papers.numbers import citation, load_paper_numbers
 from drpipe.tables.cli import add_figure_command, add_table_command, command_group
 from drpipe.tables.compare import (
     comparable,
@@ -25,7 +25,7 @@ from drpipe.tables.compare import (
     r2,
 )
 from drpipe.tables.metrics import read_first_hit_ranks, read_metrics, topk_curve
-from drpipe.tables.output import citation, md_table, new_figure, save_figure, write_csv, write_text
+from drpipe.tables.output import md_table, new_figure, save_figure, write_csv, write_text
 from drpipe.tables.rows import REPRODUCED, lookup
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from drpipe.cliutil import need
-from drpipe.papers.numbers import load_paper_numbers
+from drpipe.papers.numbers import citation, load_paper_numbers
 from drpipe.papers.xmoco import TABLE2, TABLE3
 from drpipe.tables.cli import add_figure_command, add_table_command, command_group
 from drpipe.tables.compare import (
@@ -35,7 +35,7 @@ from drpipe.tables.compare import (
     r2,
 )
 from drpipe.tables.metrics import KS, read_metrics
-from drpipe.tables.output import citation, md_table, new_figure, save_figure, write_csv, write_text
+from drpipe.tables.output import md_table, new_figure, save_figure, write_csv, write_text
 from drpipe.tables.rows import (
     DEFAULT_SPLIT_EQUIV,
     REPRODUCED,

@@ -18,7 +18,7 @@ import pandas as pd
 
 from drpipe.cliutil import need
 from drpipe.papers import ORACLE, STANDARD, Table2Source, paper, papers, row_order
-from drpipe.papers.numbers import load_paper_numbers
+from drpipe.papers.numbers import citation, load_paper_numbers
 from drpipe.tables.cli import add_table_command, command_group
 from drpipe.tables.compare import (
     comparable,
@@ -31,10 +31,10 @@ from drpipe.tables.compare import (
 )
 from drpipe.tables.metrics import KS, read_metrics
 from drpipe.tables.notes import NOTE_ORDER, note_keys, row_kinds, setup_notes
-from drpipe.tables.output import citation, md_table, write_csv, write_text
+from drpipe.tables.output import md_table, write_csv, write_text
+from drpipe.tables.protocols import PROTOCOL_ORDER
 from drpipe.tables.rows import (
     DEFAULT_SPLIT_EQUIV,
-    PROTOCOL_ORDER,
     REPRODUCED,
     TRAINING_ORDER,
     dataset_key,
