@@ -25,9 +25,9 @@ of the real round; the number of epochs before early stopping may differ from a 
    and the top-100 search of every question. The encoding pass is ``encode_shard`` with the
    packaged encoder (the pipeline's settings: max 160 tokens, batch 64) timed on the first
    384 passages of the same corpus, in the same run, and scaled to the corpus size.
-2. Vectorised ÷ loop: ``aopt.optimise`` and ``aopt.optimise_loop`` (torch autograd, one
-   vector at a time) on the same 1,000 passage problems of that round: max abs difference of
-   the optimised vectors, and the speed ratio.
+2. Vectorised ÷ loop: ``optimise`` and ``optimise_loop`` of ``drpipe.aopt.optimise`` (torch
+   autograd, one vector at a time) on the same 1,000 passage problems of that round: max abs
+   difference of the optimised vectors, and the speed ratio.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def stand_in(tmp: Path, passages: Path, questions: Path, enc: dict) -> tuple[lis
     """Shards, question vectors and top-100 run of the TF-IDF stand-in."""
     import pyarrow.parquet as pq
 
-    from drpipe import aopt
+    from drpipe.aopt.vectors import write_query_vectors
     from drpipe.encode import ids_path_for
     from drpipe.index import DenseIndex, build_index
     from drpipe.qa.datasets import read_questions
@@ -186,7 +186,7 @@ def stand_in(tmp: Path, passages: Path, questions: Path, enc: dict) -> tuple[lis
         np.save(path, v)
         np.save(ids_path_for(path), p)
         shards.append(path)
-    aopt.write_query_vectors([q["qid"] for q in qs], qvec, tmp / "q.npy")
+    write_query_vectors([q["qid"] for q in qs], qvec, tmp / "q.npy")
     build_index(shards, tmp / "base.faiss", {"type": "flat"})
     scores, hits = DenseIndex.load(tmp / "base.faiss", use_gpu="off").search(qvec, 100)
     write_run(tmp / "run.parquet", run_table([q["qid"] for q in qs], list(hits), list(scores)))
@@ -205,24 +205,27 @@ def from_results(results: Path) -> tuple[list, Path, Path]:
 
 def one_round(tmp: Path, shards, queries, run, questions, passages, threads: int) -> dict:
     """One AOpt-passage round, end to end, timed by stage."""
-    from drpipe import aopt
+    from drpipe.aopt.labels import build_labels
+    from drpipe.aopt.optimise import optimise_side
+    from drpipe.aopt.settings import DEFAULT_CFG, merged_cfg
+    from drpipe.aopt.vectors import read_passage_vectors, write_passage_vectors
     from drpipe.encode import read_query_vectors
     from drpipe.index import DenseIndex, build_index
     from drpipe.runs import run_table, write_run
 
     times = {}
     t0 = time.perf_counter()
-    pvec = aopt.read_passage_vectors(shards)
+    pvec = read_passage_vectors(shards)
     qids, qvecs = read_query_vectors(queries)
-    cfg = aopt.merged_cfg({**CFG, "threads": threads}, aopt.DEFAULT_CFG)
-    labels = aopt.build_labels(run, qids, pvec, cfg, questions, passages)
+    cfg = merged_cfg({**CFG, "threads": threads}, DEFAULT_CFG)
+    labels = build_labels(run, qids, pvec, cfg, questions, passages)
     times["labels"] = time.perf_counter() - t0
     t = time.perf_counter()
-    new, report = aopt.optimise_side("passage", pvec, qvecs, labels, cfg)
+    new, report = optimise_side("passage", pvec, qvecs, labels, cfg)
     times["optimise"] = time.perf_counter() - t
     t = time.perf_counter()
     outs = [tmp / "round" / f"shard-{i}.npy" for i in range(len(shards))]
-    aopt.write_passage_vectors(pvec, new, outs)
+    write_passage_vectors(pvec, new, outs)
     build_index(outs, tmp / "round.faiss", {"type": "flat", "threads": threads})
     scores, hits = DenseIndex.load(tmp / "round.faiss", use_gpu="off").search(qvecs, 100)
     write_run(tmp / "round-run.parquet", run_table(qids, list(hits), list(scores)))
@@ -233,9 +236,9 @@ def one_round(tmp: Path, shards, queries, run, questions, passages, threads: int
 
 
 def loop_comparison(pvec, qvecs, labels, n_loop: int) -> dict:
-    from drpipe import aopt
+    from drpipe.aopt.optimise import group_problems, optimise, optimise_loop
 
-    prob = aopt.group_problems(labels.p_rows, labels.q_rows, labels.positive)
+    prob = group_problems(labels.p_rows, labels.q_rows, labels.positive)
     n_pos, n_neg = prob.counts()
     ok = np.flatnonzero((n_pos > 0) & (n_neg > 0))
     pick = np.sort(np.random.default_rng(SEED).choice(ok, min(n_loop, len(ok)), replace=False))
@@ -244,10 +247,10 @@ def loop_comparison(pvec, qvecs, labels, n_loop: int) -> dict:
     sub = prob.subset(keep)
     kw = {"lr": CFG["lr"], "max_epochs": CFG["max_epochs"], "patience": CFG["patience"]}
     t0 = time.perf_counter()
-    vec = aopt.optimise(pvec.vectors, qvecs, sub, threads=1, **kw)
+    vec = optimise(pvec.vectors, qvecs, sub, threads=1, **kw)
     t_vec = time.perf_counter() - t0
     t0 = time.perf_counter()
-    loop = aopt.optimise_loop(pvec.vectors, qvecs, sub, **kw)
+    loop = optimise_loop(pvec.vectors, qvecs, sub, **kw)
     t_loop = time.perf_counter() - t0
     return {
         "vectors": len(sub.rows),

@@ -86,7 +86,7 @@ def main() -> None:
     from drpipe.io import write_json
     from drpipe.methods import get_method
     from drpipe.methods.base import SENT_SLOTS, CorpusBlock, EncodeSettings
-    from drpipe.methods.dcsr import score_normalization
+    from drpipe.methods.dcsr_parts.scoring import score_normalization
 
     squad = MIRROR / "squad" / "squad-dev-v1.1.reconstructed.json.gz"
     with gzip.open(squad, "rt") as fh:

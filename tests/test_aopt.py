@@ -15,7 +15,11 @@ import pyarrow as pa
 import pytest
 from cli_util import run_cli
 
-from drpipe import aopt
+from drpipe.aopt.labels import Labels, build_labels
+from drpipe.aopt.linear import label_means, linear_update
+from drpipe.aopt.optimise import early_stop, group_problems, optimise, optimise_loop
+from drpipe.aopt.settings import DEFAULT_CFG, merged_cfg
+from drpipe.aopt.vectors import read_passage_vectors, write_query_vectors
 from drpipe.corpus.passages import PASSAGE_SCHEMA
 from drpipe.encode import read_query_vectors
 from drpipe.io import write_parquet
@@ -46,7 +50,7 @@ def _save_shards(dirpath: Path, pids: np.ndarray, vecs: np.ndarray, n_shards: in
 
 
 def _save_qvecs(path: Path, qids, vecs):
-    aopt.write_query_vectors(qids, vecs, path)
+    write_query_vectors(qids, vecs, path)
     return path
 
 
@@ -108,9 +112,9 @@ def small(tmp_path):
 
 def test_answer_labels_knowledge_filtering(small):
     tmp, shards, pids = small
-    pvec = aopt.read_passage_vectors(shards)
-    cfg = aopt.merged_cfg({"depth": 3}, aopt.DEFAULT_CFG)
-    labels = aopt.build_labels(
+    pvec = read_passage_vectors(shards)
+    cfg = merged_cfg({"depth": 3}, DEFAULT_CFG)
+    labels = build_labels(
         tmp / "run.parquet", ["b", "a"], pvec, cfg, tmp / "q.parquet", tmp / "passages.parquet"
     )
     row_of_pid = {int(p): i for i, p in enumerate(pids)}
@@ -125,7 +129,7 @@ def test_answer_labels_knowledge_filtering(small):
     ]  # fmt: skip
     assert labels.answers_from == str(tmp / "q.parquet")
     # Passage-centric view: each passage with the questions that retrieved it.
-    prob = aopt.group_problems(labels.p_rows, labels.q_rows, labels.positive)
+    prob = group_problems(labels.p_rows, labels.q_rows, labels.positive)
     by_pid = {
         int(pids[r]): sorted(
             (["b", "a"][q], bool(f))
@@ -148,13 +152,13 @@ def test_answer_labels_knowledge_filtering(small):
 
 def test_prf_labels_read_no_answers(small):
     tmp, shards, _ = small
-    pvec = aopt.read_passage_vectors(shards)
-    cfg = aopt.merged_cfg({"labels": "prf", "prf_positives": 2, "depth": 100}, aopt.DEFAULT_CFG)
-    labels = aopt.build_labels(tmp / "run.parquet", ["a", "b"], pvec, cfg)
+    pvec = read_passage_vectors(shards)
+    cfg = merged_cfg({"labels": "prf", "prf_positives": 2, "depth": 100}, DEFAULT_CFG)
+    labels = build_labels(tmp / "run.parquet", ["a", "b"], pvec, cfg)
     assert labels.positive.tolist() == [True, True, False, False, True, True, False]
     assert labels.answers_from is None
     with pytest.raises(SystemExit, match="read no answers"):
-        aopt.build_labels(tmp / "run.parquet", ["a", "b"], pvec, cfg, tmp / "q.parquet")
+        build_labels(tmp / "run.parquet", ["a", "b"], pvec, cfg, tmp / "q.parquet")
 
 
 # --------------------------------------------------------------------------- linear weights
@@ -163,19 +167,19 @@ def test_prf_labels_read_no_answers(small):
 def test_linear_update_by_hand_and_identity():
     P = np.array([[1.0, 0.0], [0.0, 2.0], [5.0, 5.0]], np.float32)
     Q = np.array([[1.0, 1.0], [3.0, -1.0], [0.0, 4.0]], np.float32)
-    labels = aopt.Labels(
+    labels = Labels(
         q_rows=np.array([0, 1, 2, 0]),
         p_rows=np.array([0, 0, 0, 1]),
         positive=np.array([True, True, False, False]),
         n_questions=3,
         answers_from=None,
     )
-    pos, neg = aopt.label_means(3, Q, labels)
-    new = aopt.linear_update(P, pos, neg, 1.0, 0.6, -0.1)
+    pos, neg = label_means(3, Q, labels)
+    new = linear_update(P, pos, neg, 1.0, 0.6, -0.1)
     # p0: 1*(1,0) + 0.6*mean((1,1),(3,-1)) - 0.1*(0,4) = (1+1.2, 0-0.4) = (2.2, -0.4)
     # p1: (0,2) + 0 (no positives) - 0.1*(1,1) = (-0.1, 1.9); p2 has no labels: unchanged.
     np.testing.assert_allclose(new, [[2.2, -0.4], [-0.1, 1.9], [5.0, 5.0]], rtol=1e-6)
-    same = aopt.linear_update(P, pos, neg, 1.0, 0.0, 0.0)
+    same = linear_update(P, pos, neg, 1.0, 0.0, 0.0)
     assert same.dtype == np.float32 and same.tobytes() == P.tobytes()
 
 
@@ -194,7 +198,7 @@ def _problems(rng, n, d, sizes, pos_rate=0.2):
         c_rows += [i] * k
         o_rows += others.tolist()
         flags += f.tolist()
-    prob = aopt.group_problems(np.array(c_rows), np.array(o_rows), np.array(flags))
+    prob = group_problems(np.array(c_rows), np.array(o_rows), np.array(flags))
     return centres, partners, prob
 
 
@@ -204,7 +208,7 @@ def test_one_step_equals_autograd_on_the_papers_formula(k):
 
     rng = np.random.default_rng(1)
     centres, partners, prob = _problems(rng, 3, D, [k, k, k])
-    res = aopt.optimise(centres, partners, prob, lr=0.1, max_epochs=1, patience=5)
+    res = optimise(centres, partners, prob, lr=0.1, max_epochs=1, patience=5)
     for i in range(3):
         a, b = prob.ptr[i], prob.ptr[i + 1]
         Y = torch.tensor(partners[prob.others[a:b]], dtype=torch.float64)
@@ -225,14 +229,14 @@ def test_early_stop_rule_on_a_given_loss_sequence():
     best, bad = np.array([np.inf]), np.array([0])
     steps = 0
     for loss in losses:
-        best, bad, go = aopt.early_stop(np.array([loss]), best, bad, patience=5)
+        best, bad, go = early_stop(np.array([loss]), best, bad, patience=5)
         if not go[0]:
             break
         steps += 1
     # 3.9 at index 4 is the last improvement; indices 5..9 do not go below it (3.9 is not
     # lower than 3.9): the fifth such epoch (index 9) stops before its step.
     assert steps == 9 and best[0] == 3.9
-    best, bad, go = aopt.early_stop(np.array([2.0, 2.0]), np.array([1.0, 3.0]), np.array([0, 4]), 2)
+    best, bad, go = early_stop(np.array([2.0, 2.0]), np.array([1.0, 3.0]), np.array([0, 4]), 2)
     assert go.tolist() == [True, True] and bad.tolist() == [1, 0]
 
 
@@ -241,20 +245,20 @@ def test_vectorised_equals_the_plain_batch_1_loop():
     sizes = list(rng.integers(2, 4 * D, size=40))
     centres, partners, prob = _problems(rng, 40, D, sizes)
     for lr in (0.1, 1.0):
-        vec = aopt.optimise(centres, partners, prob, lr=lr, max_epochs=100, patience=5, threads=2)
-        loop = aopt.optimise_loop(centres, partners, prob, lr=lr, max_epochs=100, patience=5)
+        vec = optimise(centres, partners, prob, lr=lr, max_epochs=100, patience=5, threads=2)
+        loop = optimise_loop(centres, partners, prob, lr=lr, max_epochs=100, patience=5)
         np.testing.assert_allclose(vec.vectors, loop.vectors, rtol=0, atol=1e-9)
         assert (vec.steps == loop.steps).all() and (vec.stopped == loop.stopped).all()
         np.testing.assert_allclose(vec.loss_last, loop.loss_last, atol=1e-9)
     # lr 3 overshoots and saturates: vectors stop early, at different epochs. Where the loss
     # has flattened to rounding level the two may stop an epoch apart; the vectors then
     # barely move, so they still agree to the benchmark's 1e-5.
-    vec = aopt.optimise(centres, partners, prob, lr=3.0, max_epochs=100, patience=5)
-    loop = aopt.optimise_loop(centres, partners, prob, lr=3.0, max_epochs=100, patience=5)
+    vec = optimise(centres, partners, prob, lr=3.0, max_epochs=100, patience=5)
+    loop = optimise_loop(centres, partners, prob, lr=3.0, max_epochs=100, patience=5)
     np.testing.assert_allclose(vec.vectors, loop.vectors, rtol=0, atol=1e-5)
     assert vec.stopped.sum() >= 5 and len(set(vec.steps[vec.stopped].tolist())) >= 3
     # The optimisation lowers every vector's loss (lr 0.1 is small for these scales).
-    low = aopt.optimise(centres, partners, prob, lr=0.01, max_epochs=100, patience=5)
+    low = optimise(centres, partners, prob, lr=0.01, max_epochs=100, patience=5)
     assert (low.loss_last < low.loss_first).all()
 
 
@@ -398,6 +402,6 @@ def test_optimise_report_and_errors(small):
     assert report["n_without_positive"] == 1 and report["n_without_negative"] == 2
     assert report["pairs"] == 6 and report["positive_pairs"] == 3
     with pytest.raises(SystemExit, match="unknown keys"):
-        aopt.merged_cfg({"learning_rate": 1}, aopt.DEFAULT_CFG)
+        merged_cfg({"learning_rate": 1}, DEFAULT_CFG)
     with pytest.raises(SystemExit, match="labels"):
-        aopt.merged_cfg({"labels": "gold"}, aopt.DEFAULT_CFG)
+        merged_cfg({"labels": "gold"}, DEFAULT_CFG)

@@ -23,9 +23,10 @@ from drpipe.corpus.passages import PASSAGE_SCHEMA
 from drpipe.corpus.sentences import dcsr_sentence_starts, split_passages, tile
 from drpipe.encoders import BiEncoder
 from drpipe.io import write_jsonl
-from drpipe.methods import dcsr as dcsr_mod
 from drpipe.methods import get_method
 from drpipe.methods.base import SENT_SLOTS, CollateContext, CorpusBlock, DistContext, EncodeSettings
+from drpipe.methods.dcsr_parts import scoring
+from drpipe.methods.dcsr_parts.markers import marked_pieces, marked_text, tokenize_marked
 from drpipe.qa.matching import has_answer
 from drpipe.training.build import build_model
 from drpipe.training.loop import train_model
@@ -153,8 +154,8 @@ def test_sent_positions_are_the_sentence_offsets(minilm, dpr_passages):
     titles = [p["title"] for p in dpr_passages]
     texts = [p["text"] for p in dpr_passages]
     spans = [_spans(t) for t in texts]
-    mb = dcsr_mod.tokenize_marked(tok, titles, texts, spans, 512)
-    enc = tok(titles, [dcsr_mod.marked_text(t, sp) for t, sp in zip(texts, spans, strict=True)],
+    mb = tokenize_marked(tok, titles, texts, spans, 512)
+    enc = tok(titles, [marked_text(t, sp) for t, sp in zip(texts, spans, strict=True)],
               truncation="longest_first", max_length=512, return_offsets_mapping=True)  # fmt: skip
     checked = 0
     for i, (text, sp) in enumerate(zip(texts, spans, strict=True)):
@@ -162,7 +163,7 @@ def test_sent_positions_are_the_sentence_offsets(minilm, dpr_passages):
         assert mb.positions[i] == [j for j, t in enumerate(ids) if t == sent_id]
         assert len(mb.positions[i]) == len(sp) and not mb.text_cut[i]
         assert all(seq[j] == 1 for j in mb.positions[i])  # markers are never title tokens
-        pieces = dcsr_mod.marked_pieces(text, sp)
+        pieces = marked_pieces(text, sp)
         at = 0  # where piece j starts in the marked text
         for j, (s, e) in enumerate(sp):
             pos = mb.positions[i][j]
@@ -333,13 +334,13 @@ def test_loss_uses_all_sampled_sentences_and_score_normalization(
     model = build_model(tiny_cfg(tiny_bert), ["<sent>"])
     method = _prepared(corpus, examples)
     calls = []
-    real = dcsr_mod.score_normalization
+    real = scoring.score_normalization
 
     def spy(*args, **kwargs):
         calls.append(args[0].shape)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dcsr_mod, "score_normalization", spy)
+    monkeypatch.setattr(scoring, "score_normalization", spy)
     ctx = CollateContext(model=model, seed=1, epoch=0, sample=True, pool=examples)
     batch = method.collate(list(enumerate(examples[:8])), ctx)
     loss, stats = method.loss(model, batch, DistContext(), train=True)
@@ -369,8 +370,8 @@ def test_retrieval_uses_score_normalization(monkeypatch):
             return -np.arange(depth, dtype=np.float32)[None, :].repeat(len(q), 0), units
 
     calls = []
-    real = dcsr_mod.score_normalization
-    monkeypatch.setattr(dcsr_mod, "score_normalization",
+    real = scoring.score_normalization
+    monkeypatch.setattr(scoring, "score_normalization",
                         lambda *a, **k: calls.append(1) or real(*a, **k))  # fmt: skip
     scores, pids = search_passages(method, Index(), np.zeros((3, 4), np.float32), 10)
     assert seen["depth"] == 25 and calls == [1] and pids.shape == (3, 10)

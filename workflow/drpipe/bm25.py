@@ -33,9 +33,9 @@ import pyarrow.csv as pacsv
 from drpipe.anserini import AnseriniError, anserini_jar, run_anserini
 from drpipe.cliutil import add_cfg
 from drpipe.corpus.passages import iter_passages, num_passages, shard_bounds
+from drpipe.environment import environment
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, progress, write_json
-from drpipe.provenance import environment
 from drpipe.qa.datasets import N_EXAMPLES, read_questions
 from drpipe.runs import RUN_SCHEMA, write_run
 

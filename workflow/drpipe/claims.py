@@ -12,20 +12,17 @@ per-question first-hit ranks of both systems, pairs them by question and compute
 - the exact McNemar test on the discordant questions (a hit and b miss, or the reverse),
 - a verdict: holds, reversed, not significant, or not tested (with the reason).
 
-The bootstrap draws counts of the distinct per-question differences from a multinomial, which
-is the same distribution as resampling question indices with replacement (the statistic is a
-mean of per-question values that take a handful of values) at a fraction of the memory.
+The statistics are ``drpipe.claim_stats``; resolving one system spec against a config is
+``drpipe.claim_systems``. This module holds the claims as data, their resolution, the claims
+table and the ``claims`` subcommand.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
-import math
 import os
-import re
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
@@ -35,6 +32,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from drpipe.claim_stats import claim_seed, holm, mcnemar_exact, paired_bootstrap, verdict
+from drpipe.claim_systems import per_question_file, resolve_scope, resolve_system
 from drpipe.cliutil import add_cfg
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, read_json
@@ -46,7 +45,6 @@ log = logging.getLogger(__name__)
 PACKAGE_DATA = ("claims.yaml", "papers/*/claims.yaml")
 EXPECT = ("greater", "less", "not_greater")
 VERDICTS = ("holds", "reversed", "not significant", "not tested")
-NO_TRAINING = ("bm25", "init")  # runs that are not trained: train set "none"
 SYSTEM_KEYS = {"run", "method", "hybrid", "paper_row", "overrides", "key", "pick", "requires"}
 CLAIM_KEYS = {
     "id",
@@ -165,159 +163,7 @@ def load_claims() -> tuple[dict, list[dict]]:
     return validate_claims(doc)
 
 
-# --------------------------------------------------------------------------- systems -> runs
-
-
-def _dig(config: dict, dotted: str) -> Any:
-    node: Any = config
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def resolve_scope(scope: dict, config: dict) -> tuple[dict, str]:
-    """(dataset, split, train_set and, when the table's config block lists them, its variants
-    and its ``rows`` {run: paper row}) a claim is evaluated on, and a note on where they came
-    from. A block with ``datasets`` uses the claim's dataset when listed, else the first."""
-    tables = config.get("tables") or {}
-    block_name = scope.get("config")
-    block = _dig(config, block_name) if block_name else None
-    if isinstance(block, dict) and isinstance(block.get("datasets"), list) and block["datasets"]:
-        listed = block["datasets"]
-        block = {
-            **block,
-            "dataset": scope["dataset"] if scope.get("dataset") in listed else listed[0],
-        }
-    if isinstance(block, dict) and block.get("dataset"):
-        dataset = block["dataset"]
-        split = block.get("split") or tables.get("split")
-        train_set = block.get("train_set") or (tables.get("single") or {}).get(dataset)
-        out = {"dataset": dataset, "split": split, "train_set": train_set}
-        if isinstance(block.get("variants"), list):
-            out["variants"] = list(block["variants"])
-        if isinstance(block.get("rows"), dict):  # run -> the paper's row label
-            out["rows"] = dict(block["rows"])
-        return out, ""
-    dataset = scope.get("dataset")
-    note = ""
-    if block_name:
-        note = (
-            f"config has no {block_name} block: evaluated in the Table 2 setting "
-            f"({dataset}/{tables.get('split')})"
-        )
-    train_set = (tables.get("single") or {}).get(dataset)
-    return {"dataset": dataset, "split": tables.get("split"), "train_set": train_set}, note
-
-
-def _registry() -> tuple[list[str], Any]:
-    from drpipe.methods import method_class, method_names
-
-    return method_names(), method_class
-
-
-def _method_value(config: dict, method: str, key: str) -> Any:
-    block = (config.get("methods") or {}).get(method) or {}
-    if key in block:
-        return block[key]
-    return (config.get("encoder") or {}).get(key)
-
-
-def _fill(template: str, config: dict) -> tuple[str, str]:
-    """A run name with ``{dotted.config.key}`` placeholders filled from the config."""
-    missing = ""
-
-    def value(m: re.Match) -> str:
-        nonlocal missing
-        found = _dig(config, m.group(1))
-        if found is None and not missing:
-            missing = m.group(1)
-        return str(found)
-
-    return re.sub(r"\{([A-Za-z0-9_.]+)\}", value, template), missing
-
-
-def resolve_system(spec: dict, config: dict, scope: dict) -> tuple[dict | None, str]:
-    """The run a system spec names under ``config``, or (None, the reason it has none)."""
-    for dotted, want in (spec.get("requires") or {}).items():
-        have = _dig(config, dotted)
-        if have is None or (want not in have if isinstance(have, list) else have != want):
-            return (
-                None,
-                f"config {dotted} is {json.dumps(have)}, the claim needs {json.dumps(want)}",
-            )
-    if "run" in spec:
-        run, missing = _fill(str(spec["run"]), config)
-        if missing:
-            return None, f"config has no {missing} (run name {spec['run']})"
-        train_set = "none" if run in NO_TRAINING else scope["train_set"]
-        if train_set is None:
-            return None, f"no Single train set for {scope['dataset']} (tables.single)"
-        return {"run": run, "train_set": train_set, "label": run}, ""
-    method = str(spec["method"])
-    names, method_class = _registry()
-    if method not in names:
-        return None, f"method '{method}' is not registered (no drpipe/methods/{method}.py)"
-    if scope["train_set"] is None:
-        return None, f"no train set for {scope['dataset']} in the claim's scope (tables.single)"
-    out = {"train_set": scope["train_set"]}
-    variants = ((config.get("methods") or {}).get(method) or {}).get("variants") or {}
-    if "paper_row" in spec:
-        by_table = [
-            run
-            for run, row in (scope.get("rows") or {}).items()
-            if row == spec["paper_row"] and (run == method or run.startswith(method + "."))
-        ]
-        if len(by_table) == 1 and not spec.get("overrides"):
-            return {**out, "run": by_table[0], "label": by_table[0]}, ""
-        want = spec.get("overrides") or {}
-        found = [
-            name
-            for name, v in variants.items()
-            if v.get("paper_row") == spec["paper_row"]
-            and all((v.get("overrides") or {}).get(k) == val for k, val in want.items())
-        ]
-        extra = f" and overrides {want}" if want else ""
-        if len(found) != 1:
-            what = "no variant" if not found else f"several variants ({', '.join(found)})"
-            return None, (
-                f"{what} of methods.{method}.variants has paper_row '{spec['paper_row']}'{extra}"
-            )
-        return {**out, "run": f"{method}.{found[0]}", "label": f"{method}.{found[0]}"}, ""
-    if "key" in spec:
-        key = spec["key"]
-        base = _method_value(config, method, key)
-        listed = scope.get("variants")
-        options = [(base, method)]
-        for name, v in variants.items():
-            overrides = v.get("overrides") or {}
-            # The table's own variants when its config block lists them; otherwise the
-            # variants that change only `key`.
-            chosen = name in listed if listed is not None else set(overrides) == {key}
-            if chosen:
-                options.append((overrides.get(key, base), f"{method}.{name}"))
-        options = [o for o in options if isinstance(o[0], (int, float))]
-        if len({o[0] for o in options}) < 2:
-            return None, (
-                f"method '{method}' has no variants that change '{key}' "
-                f"(need two values of methods.{method}.{key} to compare)"
-            )
-        value, run = (max if spec["pick"] == "max" else min)(options, key=lambda o: o[0])
-        return {**out, "run": run, "label": f"{run} ({key}={value})"}, ""
-    if spec.get("hybrid"):
-        if not (config.get("hybrid") or {}).get("enabled", False):
-            return None, "the BM25 hybrid is disabled (hybrid.enabled: false)"
-        if not method_class(method).hybrid:
-            return None, f"method '{method}' has no BM25 hybrid"
-        return {**out, "run": f"{method}+bm25", "label": f"BM25+{method}"}, ""
-    return {**out, "run": method, "label": method}, ""
-
-
-def per_question_file(results: str | Path, system: dict, scope: dict) -> Path:
-    """Where ``drpipe evaluate`` writes a system's per-question first-hit ranks."""
-    name = f"{scope['dataset']}-{scope['split']}.per_question.parquet"
-    return Path(results) / "metrics" / system["run"] / system["train_set"] / name
+# --------------------------------------------------------------------------- claims -> runs
 
 
 def resolve_claims(config: dict, claims: Sequence[dict] | None = None) -> list[dict]:
@@ -345,77 +191,6 @@ def claim_inputs(resolved: Iterable[dict], results: str = "results") -> list[str
             for side in ("a", "b"):
                 files.append(str(per_question_file(results, entry[side], entry["scope"])))
     return sorted(set(files))
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-def paired_bootstrap(
-    values: np.ndarray, resamples: int = 10000, seed: int = 0, level: float = 0.95
-) -> dict[str, float]:
-    """Paired bootstrap of the mean of per-question differences ``values``.
-
-    Returns the observed mean, the percentile interval at ``level`` and a two-sided p-value:
-    the share of resampled means at least as far from the observed mean as the observed mean is
-    from zero (the bootstrap distribution shifted to the null), counted as (1 + hits) / (B + 1).
-    """
-    values = np.asarray(values, dtype=np.float64)
-    n = values.size
-    if n == 0:
-        raise ValueError("no paired questions")
-    observed = float(values.mean())
-    levels, counts = np.unique(values, return_counts=True)
-    rng = np.random.default_rng(seed)
-    draws = rng.multinomial(n, counts / n, size=resamples)
-    means = draws @ levels / n
-    tail = (1.0 - level) / 2.0
-    low, high = np.quantile(means, [tail, 1.0 - tail])
-    # A tiny slack keeps exact ties (e.g. the observed mean itself) counted on both platforms.
-    extreme = np.abs(means - observed) >= abs(observed) - 1e-12
-    p = (1.0 + float(extreme.sum())) / (resamples + 1.0)
-    return {"mean": observed, "ci_low": float(low), "ci_high": float(high), "p": min(1.0, p)}
-
-
-def mcnemar_exact(a_only: int, b_only: int) -> float:
-    """Two-sided exact McNemar p-value: a binomial test of the discordant pairs at 1/2."""
-    n = a_only + b_only
-    if n == 0:
-        return 1.0
-    k = min(a_only, b_only)
-    tail = sum(math.comb(n, i) for i in range(k + 1))
-    return min(1.0, 2 * tail / 2**n)
-
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (same order as given)."""
-    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
-    adjusted = [0.0] * len(pvalues)
-    running = 0.0
-    m = len(pvalues)
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * pvalues[i]))
-        adjusted[i] = running
-    return adjusted
-
-
-def verdict(expect: str, diff: float, p: float, alpha: float) -> str:
-    """holds / reversed / not significant for an expected direction of ``a - b``."""
-    significant = p < alpha
-    if expect == "greater":
-        sign = 1
-    elif expect == "less":
-        sign = -1
-    else:  # not_greater: the claim is that a does not beat b
-        return "reversed" if significant and diff > 0 else "holds"
-    if not significant or diff == 0:
-        return "not significant"
-    return "holds" if sign * diff > 0 else "reversed"
-
-
-def claim_seed(seed: int, claim_id: str) -> int:
-    """A seed per claim: adding or reordering claims leaves the others' p-values unchanged."""
-    digest = hashlib.sha256(f"{seed}:{claim_id}".encode()).hexdigest()
-    return int(digest[:12], 16)
 
 
 # --------------------------------------------------------------------------- testing claims

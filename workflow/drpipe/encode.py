@@ -32,9 +32,9 @@ import numpy as np
 from drpipe.cliutil import add_cfg, add_runtime
 from drpipe.corpus.passages import iter_passages, num_passages, shard_bounds
 from drpipe.corpus.sentences import iter_sentence_groups
+from drpipe.environment import environment
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, progress, write_json
-from drpipe.provenance import environment
 from drpipe.qa.datasets import read_questions
 
 log = logging.getLogger(__name__)

@@ -33,9 +33,9 @@ import numpy as np
 
 from drpipe.cliutil import add_cfg
 from drpipe.encode import ids_path_for
+from drpipe.environment import environment
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, progress, read_json, write_json
-from drpipe.provenance import environment
 
 log = logging.getLogger(__name__)
 

@@ -37,11 +37,11 @@ import numpy as np
 from drpipe.cliutil import add_cfg
 from drpipe.corpus.passages import load_passages
 from drpipe.encode import read_query_vectors, set_threads
+from drpipe.environment import environment
 from drpipe.errors import InputError
 from drpipe.evaluate import accuracy_at_k, first_hit_ranks
 from drpipe.index import DenseIndex, VectorLookup, open_shards
 from drpipe.io import progress, read_json, write_json
-from drpipe.provenance import environment
 from drpipe.qa.datasets import read_questions
 from drpipe.qa.matching import AnswerMatcher
 from drpipe.runs import read_run, run_table, write_run

@@ -17,7 +17,7 @@ from drpipe.audit.lineage import Lineage
 from drpipe.audit.staleness import staleness
 from drpipe.audit.steps import run_environment, step_summary
 from drpipe.audit.timings import runtime_by_rule
-from drpipe.provenance import environment
+from drpipe.environment import environment
 
 
 def audit(

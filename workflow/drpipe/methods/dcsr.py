@@ -50,19 +50,14 @@ and validation (passage rank among a batch's candidate sentences) all call it.
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from drpipe.corpus.sentences import iter_sentence_groups
-from drpipe.encoders import autocast
-from drpipe.io import iter_parquet, parquet_num_rows
+from drpipe.io import parquet_num_rows
 from drpipe.methods.base import (
-    SENT_SLOTS,
     CollateContext,
     CorpusBlock,
     DistContext,
@@ -70,254 +65,26 @@ from drpipe.methods.base import (
     Method,
     unit_id,
 )
-from drpipe.methods.dpr import dpr_nll, fp32, passage_id
-from drpipe.qa.matching import has_answer
 
-SENT_TOKEN = "<sent>"
-# A literal "<sent>" in a text would read as a marker; this spelling tokenizes as a vanilla
-# tokenizer tokenizes "<sent>" ("<", "sent", ">").
-SENT_ESCAPE = "< sent>"
-PASSAGE_SCORES = ("hasans", "max")
-SENTENCE_POOLINGS = ("marker", "span")
-# Passages without a corpus id (a foreign examples file) get ids from their text, above any
-# real pid, so two questions sharing such a passage still share its sentences' units.
-SYNTHETIC_PID = 1 << 40
-
-
-# ----------------------------------------------------------------------------- markers
-
-
-def marked_pieces(text: str, spans: Sequence[tuple[int, int]]) -> list[str]:
-    """Each sentence as ``<sent> `` + its text (spans tile the text, so the pieces do too)."""
-    return [f"{SENT_TOKEN} " + text[s:e].replace(SENT_TOKEN, SENT_ESCAPE) for s, e in spans]
-
-
-def marked_text(text: str, spans: Sequence[tuple[int, int]]) -> str:
-    """``text`` with ``<sent> `` before each sentence."""
-    return "".join(marked_pieces(text, spans))
-
-
-@dataclass
-class MarkedBatch:
-    """Tokenized passages with markers: where each passage's sentences landed."""
-
-    inputs: dict[str, torch.Tensor]
-    positions: list[list[int]]  # per passage, the token position of each kept marker, in order
-    n_sentences: list[int]  # per passage, sentences it has
-    text_cut: list[bool]  # per passage, its last kept sentence lost words to max_length
-    ends: list[list[int]]  # per kept sentence, the token after its last (next marker or [SEP])
-
-
-def tokenize_marked(
-    tokenizer,
-    titles: Sequence[str],
-    texts: Sequence[str],
-    spans: Sequence[Sequence[tuple[int, int]]],
-    max_length: int,
-) -> MarkedBatch:
-    """DPR's passage input (as ``encoders.tokenize_passages``: title and text as a pair,
-    all-zero segments) of the marked texts, and the marker positions of every passage.
-
-    Truncation removes text from the end, so the kept markers are those of the first
-    sentences: position ``j`` is sentence ``j``. A sentence whose marker falls beyond
-    ``max_length`` has no position (it is cut; callers count it).
-    """
-    pieces = [marked_pieces(t, sp) for t, sp in zip(texts, spans, strict=True)]
-    marked = ["".join(p) for p in pieces]
-    safe_titles = [(t or "").replace(SENT_TOKEN, SENT_ESCAPE) for t in titles]
-    fast = bool(getattr(tokenizer, "is_fast", False))
-    enc = tokenizer(
-        safe_titles,
-        marked,
-        truncation="longest_first",
-        max_length=max_length,
-        padding=True,
-        return_tensors="pt",
-        return_offsets_mapping=fast,
-    )
-    offsets = enc.pop("offset_mapping", None)
-    if "token_type_ids" in enc:
-        enc["token_type_ids"] = torch.zeros_like(enc["token_type_ids"])
-    sent_id = tokenizer.convert_tokens_to_ids(SENT_TOKEN)
-    rows, cols = (enc["input_ids"] == sent_id).nonzero(as_tuple=True)
-    positions: list[list[int]] = [[] for _ in marked]
-    for r, c in zip(rows.tolist(), cols.tolist(), strict=True):
-        positions[r].append(c)
-    lengths = enc["attention_mask"].sum(1).tolist()
-    ends = [
-        pos[1:] + [int(n) - 1] if pos else [] for pos, n in zip(positions, lengths, strict=True)
-    ]
-    cut = []
-    for i, ps in enumerate(pieces):
-        kept = len(positions[i])
-        if kept > len(ps):
-            raise RuntimeError(f"passage {i}: {kept} markers for {len(ps)} sentences")
-        if not kept:
-            cut.append(bool(ps))
-        elif offsets is not None:
-            # The last kept sentence is whole when the text tokens reach its last character.
-            seq = enc.sequence_ids(i)
-            last = max(j for j, s in enumerate(seq) if s == 1)
-            start = sum(len(p) for p in ps[: kept - 1])
-            cut.append(int(offsets[i, last, 1]) < start + len(ps[kept - 1].rstrip()))
-        else:  # slow tokenizers give no offsets: a full-length row may have lost words
-            cut.append(int(enc["attention_mask"][i].sum()) >= max_length)
-    return MarkedBatch(dict(enc), positions, [len(p) for p in pieces], cut, ends)
-
-
-def sentence_states(
-    encoder,
-    inputs: dict[str, torch.Tensor],
-    rows: torch.Tensor,
-    starts: torch.Tensor,
-    ends: torch.Tensor,
-    pooling: str = "marker",
-) -> torch.Tensor:
-    """Sentence vectors [m, d] from one forward pass over the passages ``inputs``: the
-    last-layer state at each sentence's marker (``marker``, DCSR), or the mean of the states
-    from its marker to the token before the next one (``span``)."""
-    states = encoder.hidden_states(inputs)
-    if pooling == "marker":
-        return states[rows, starts]
-    at = torch.arange(states.shape[1], device=states.device)
-    inside = (at >= starts[:, None]) & (at < ends[:, None])
-    weights = inside.to(states.dtype) / inside.sum(1, keepdim=True).clamp(min=1)
-    return torch.einsum("ml,mld->md", weights, states[rows])
-
-
-# ----------------------------------------------------------------------------- scoring
-
-
-def score_normalization(
-    unit_ids: np.ndarray, scores: np.ndarray, k: int, how: str = "hasans"
-) -> tuple[np.ndarray, np.ndarray]:
-    """Ranked sentence units [n, depth] -> top-``k`` passages [n, k] (pids, scores; pad -1).
-
-    ``how="hasans"``: Score Normalization (DCSR 3.3): p = softmax over the question's retrieved
-    sentence scores; a passage scores ``HasAns = 1 - prod(1 - p_s)`` over its retrieved
-    sentences. Computed as ``-expm1(sum(log1p(-p)))``, so tiny probabilities stay exact and
-    ranks never tie by rounding. ``how="max"``: a passage scores its best sentence. Ties go to
-    the passage whose first sentence was retrieved first.
-
-    Vectorised over all questions at once (no Python loop): a stable per-row sort by pid groups
-    each question's sentences by passage, one ``reduceat`` sums them, and each group's value is
-    placed at the column of its first sentence, so a stable per-row sort of that matrix ranks
-    the passages with ties in retrieval order.
-    """
-    if how not in PASSAGE_SCORES:
-        raise ValueError(f"passage score must be one of {PASSAGE_SCORES}, not {how!r}")
-    units = np.asarray(unit_ids, dtype=np.int64)
-    x = np.asarray(scores, dtype=np.float64)
-    n, depth = units.shape
-    out_p = np.full((n, k), -1, dtype=np.int64)
-    out_s = np.full((n, k), -np.inf, dtype=np.float64)
-    if n == 0 or depth == 0 or k == 0:
-        return out_p, out_s
-    valid = (units >= 0) & np.isfinite(x)
-    x = np.where(valid, x, -np.inf)
-    if how == "hasans":
-        top = x.max(axis=1, keepdims=True)
-        e = np.exp(x - np.where(np.isfinite(top), top, 0.0))
-        z = e.sum(axis=1, keepdims=True)
-        p = e / np.where(z > 0, z, 1.0)
-        with np.errstate(divide="ignore"):
-            value = np.log1p(-np.minimum(p, 1.0))  # log(1 - p); -inf only where p == 1
-    else:
-        value = x
-    # Group by passage within each row with one plain sort of (pid, column) packed into an
-    # int64: faster than a stable argsort, and columns order each group's sentences. Padding
-    # gets pid -1, sorts first in its row and is dropped below.
-    pids = np.where(valid, units // SENT_SLOTS, -1)
-    shift = int(depth).bit_length()
-    if int(pids.max()) < (1 << (62 - shift)):
-        packed = np.sort((pids << shift) | np.arange(depth, dtype=np.int64), axis=1)
-        order = packed & ((1 << shift) - 1)
-        s_pid = packed >> shift
-    else:  # pids too large to pack (never for real corpora): the stable argsort
-        order = np.argsort(pids, axis=1, kind="stable")
-        s_pid = np.take_along_axis(pids, order, axis=1)
-    s_val = np.take_along_axis(value, order, axis=1)
-    starts = np.ones((n, depth), dtype=bool)
-    starts[:, 1:] = s_pid[:, 1:] != s_pid[:, :-1]
-    flat_starts = np.flatnonzero(starts)
-    if how == "hasans":
-        group = np.add.reduceat(s_val.ravel(), flat_starts)  # log prod(1 - p_s)
-    else:
-        group = -np.maximum.reduceat(s_val.ravel(), flat_starts)
-    rows, first_sorted = np.divmod(flat_starts, depth)
-    first_col = order[rows, first_sorted]  # the group's first retrieved sentence (stable sort)
-    keep = s_pid[rows, first_sorted] >= 0
-    # Smaller key = better passage; each group sits at its first sentence's column.
-    key = np.full((n, depth), np.inf)
-    key[rows[keep], first_col[keep]] = group[keep]
-    ranked = np.argsort(key, axis=1, kind="stable")[:, :k]
-    best = np.take_along_axis(key, ranked, axis=1)
-    hit = np.isfinite(best) | (best == -np.inf)
-    cols = ranked.shape[1]
-    out_p[:, :cols] = np.where(hit, units[np.arange(n)[:, None], ranked] // SENT_SLOTS, -1)
-    if how == "hasans":
-        out_s[:, :cols] = np.where(hit, -np.expm1(best), -np.inf)
-    else:
-        out_s[:, :cols] = np.where(hit, -best, -np.inf)
-    return out_p, out_s
-
-
-def positive_passage_ranks(
-    scores: np.ndarray, units: np.ndarray, positive: np.ndarray, how: str = "hasans"
-) -> np.ndarray:
-    """1-based rank of each question's positive passage among the passages of the candidate
-    sentences ``units`` (shared by all questions), ranked by ``score_normalization``."""
-    n, m = scores.shape
-    order = np.argsort(-scores, axis=1, kind="stable")
-    ranked_units = np.broadcast_to(units, (n, m))[np.arange(n)[:, None], order]
-    ranked_scores = np.take_along_axis(scores, order, axis=1)
-    pids, _ = score_normalization(ranked_units, ranked_scores, m, how)
-    target = (units[positive] // SENT_SLOTS)[:, None]
-    hit = pids == target
-    return np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, m + 1)
-
-
-# ----------------------------------------------------------------------------- the method
-
-
-@dataclass
-class DCSRBatch:
-    queries: dict[str, torch.Tensor]
-    passages: MarkedBatch
-    slot_row: torch.Tensor  # [m] passage row of each sampled sentence
-    slot_pos: torch.Tensor  # [m] token position of its marker
-    slot_end: torch.Tensor  # [m] token after its last (span pooling)
-    slot_unit: torch.Tensor  # [m] unit id (pid * SENT_SLOTS + sentence number)
-    positive: torch.Tensor  # [b] slot of each question's positive sentence
-    n_questions: int
-    short_negatives: int = 0
-
-    def to(self, device: torch.device) -> DCSRBatch:
-        move = lambda d: {k: v.to(device) for k, v in d.items()}  # noqa: E731
-        p = self.passages
-        return DCSRBatch(
-            move(self.queries),
-            MarkedBatch(move(p.inputs), p.positions, p.n_sentences, p.text_cut, p.ends),
-            self.slot_row.to(device),
-            self.slot_pos.to(device),
-            self.slot_end.to(device),
-            self.slot_unit.to(device),
-            self.positive.to(device),
-            self.n_questions,
-            self.short_negatives,
-        )
-
-
-@dataclass
-class _Passage:
-    """A training passage as the corpus cuts it."""
-
-    pid: int  # corpus pid (synthetic when the examples file gives none)
-    title: str
-    text: str
-    spans: list[tuple[int, int]]
-    sentence: int | None = None  # the sentence a trained checkpoint retrieved (DCSR-hard)
-
+# By module: the tests watch Score Normalization where retrieval and validation both call it.
+from drpipe.methods.dcsr_parts import scoring
+from drpipe.methods.dcsr_parts.markers import (
+    SENT_TOKEN,
+    SENTENCE_POOLINGS,
+    MarkedBatch,
+    encode_sentences,
+    sentence_states,
+    tokenize_marked,
+)
+from drpipe.methods.dcsr_parts.training_data import (
+    DCSRBatch,
+    Passage,
+    answer_sentences,
+    corpus_passage,
+    sentence_spans,
+    unit_pid,
+)
+from drpipe.methods.dpr import dpr_nll, fp32
 
 COUNTERS = (
     "examples",
@@ -358,7 +125,7 @@ class DCSR(Method):
         "in_passage_skip_adjacent": {"type": "boolean"},
         "mined_sentences": {"type": "boolean"},
         "sentences_per_passage": {"type": ["number", "null"], "exclusiveMinimum": 0},
-        "passage_score": {"enum": list(PASSAGE_SCORES)},
+        "passage_score": {"enum": list(scoring.PASSAGE_SCORES)},
         "sentence_pooling": {"enum": list(SENTENCE_POOLINGS)},
     }
 
@@ -367,8 +134,8 @@ class DCSR(Method):
         c = self.cfg
         if int(c["bm25_negatives"]) < 0 or int(c["in_passage_negatives"]) < 0:
             raise ValueError("bm25_negatives and in_passage_negatives must be >= 0")
-        if c["passage_score"] not in PASSAGE_SCORES:
-            raise ValueError(f"passage_score must be one of {PASSAGE_SCORES}")
+        if c["passage_score"] not in scoring.PASSAGE_SCORES:
+            raise ValueError(f"passage_score must be one of {scoring.PASSAGE_SCORES}")
         if c["sentence_pooling"] not in SENTENCE_POOLINGS:
             raise ValueError(f"sentence_pooling must be one of {SENTENCE_POOLINGS}")
         self.passages: dict[int, tuple[int, list[tuple[int, int]]]] = {}  # pid -> (crc, spans)
@@ -380,23 +147,7 @@ class DCSR(Method):
 
     def prepare(self, corpus: dict[str, Any], examples: Sequence[dict]) -> None:
         """Sentence spans of every passage the examples name; ``k`` from the sentence table."""
-        wanted: set[int] = set()
-        for ex in examples:
-            for key in ("positive_ctxs", "hard_negative_ctxs", "negative_ctxs"):
-                wanted.update(p for p in map(passage_id, ex.get(key) or []) if p >= 0)
-        crcs: dict[int, int] = {}
-        wanted_arr = np.fromiter(wanted, np.int64, len(wanted))
-        for batch in iter_parquet(corpus["passages"], columns=["pid", "text"]):
-            pids = batch.column(0).to_numpy(zero_copy_only=False)
-            hit = np.flatnonzero(np.isin(pids, wanted_arr))
-            texts = batch.column(1)
-            for i in hit.tolist():
-                crcs[int(pids[i])] = zlib.crc32((texts[i].as_py() or "").encode("utf-8"))
-        self.passages = {
-            pid: (crcs[pid], spans)
-            for pid, spans in iter_sentence_groups(corpus["sentences"])
-            if pid in crcs
-        }
+        self.passages = sentence_spans(corpus, examples)
         if self.cfg["sentences_per_passage"] is None:
             # DCSR's k: retrieval searches 100 * k sentences; recorded in the model's metadata.
             n_p = parquet_num_rows(corpus["passages"])
@@ -417,38 +168,23 @@ class DCSR(Method):
                     self._passage(c) is None for c in ex.get(key) or []
                 )
 
-    def _passage(self, ctx: dict) -> _Passage | None:
-        """The ctx with the corpus's sentence spans, or None when the corpus lacks its text."""
-        text = ctx["text"]
-        pid = passage_id(ctx)
-        known = self.passages.get(pid)
-        if known is None or known[0] != zlib.crc32(text.encode("utf-8")):
-            return None
-        mined = ctx.get("sentence") if self.cfg["mined_sentences"] else None
-        return _Passage(pid, ctx.get("title") or "", text, known[1], mined)
+    def _passage(self, ctx: dict) -> Passage | None:
+        return corpus_passage(self.passages, ctx, self.cfg["mined_sentences"])
 
-    def _positive(self, ex: dict) -> tuple[_Passage, list[int]] | None:
+    def _positive(self, ex: dict) -> tuple[Passage, list[int]] | None:
         """The positive passage and its answer-bearing sentences (DPR's answer matching)."""
         ctxs = ex.get("positive_ctxs") or []
         psg = self._passage(ctxs[0]) if ctxs else None
-        if psg is None:
-            return None
-        match = ex.get("match", "string")
-        hits = [
-            j
-            for j, (s, e) in enumerate(psg.spans)
-            if has_answer(ex["answers"], psg.text[s:e], match)
-        ]
-        return psg, hits
+        return None if psg is None else (psg, answer_sentences(psg, ex))
 
-    def _bm25_passages(self, ex: dict, rng: np.random.Generator, sample: bool) -> list[_Passage]:
+    def _bm25_passages(self, ex: dict, rng: np.random.Generator, sample: bool) -> list[Passage]:
         hard = list(ex.get("hard_negative_ctxs") or [])
         if not hard and self.cfg["hard_negative_fallback"]:
             hard = list(ex.get("negative_ctxs") or [])
         if sample and len(hard) > 1:
             hard = [hard[i] for i in rng.permutation(len(hard))]
         want = max(int(self.cfg["bm25_negatives"]), 1 if self.cfg["in_passage_negatives"] else 0)
-        out: list[_Passage] = []
+        out: list[Passage] = []
         for c in hard:
             if len(out) == want:
                 break
@@ -532,7 +268,7 @@ class DCSR(Method):
                 slot_row.append(r)
                 slot_pos.append(marked.positions[r][s])
                 slot_end.append(marked.ends[r][s])
-                slot_unit.append(int(unit_id([self._unit_pid(psgs[b])], [s])[0]))
+                slot_unit.append(int(unit_id([unit_pid(psgs[b])], [s])[0]))
             questions.append(ex["question"])
         if ctx.sample:
             self.counts["train_questions"] += len(questions)
@@ -563,7 +299,7 @@ class DCSR(Method):
         )
 
     def _negative_sentence(
-        self, psg: _Passage, kept: int, rng: np.random.Generator, sample: bool
+        self, psg: Passage, kept: int, rng: np.random.Generator, sample: bool
     ) -> int:
         """The mined sentence of a hard-negative passage when it has one within the maximum
         length (counted when cut off), else a random sentence of it."""
@@ -575,12 +311,6 @@ class DCSR(Method):
             if sample:
                 self.counts["train_mined_sentence_cut"] += 1
         return int(rng.integers(kept))
-
-    @staticmethod
-    def _unit_pid(psg: _Passage) -> int:
-        if psg.pid >= 0:
-            return psg.pid
-        return SYNTHETIC_PID + zlib.crc32(f"{psg.title}\n{psg.text}".encode())
 
     # ---- loss
 
@@ -623,7 +353,7 @@ class DCSR(Method):
             loss = loss + touch
         # Validation and model selection rank passages, as retrieval does: the positive
         # passage among the passages of the batch's candidate sentences, Score Normalization.
-        ranks = positive_passage_ranks(
+        ranks = scoring.positive_passage_ranks(
             scores.detach().double().cpu().numpy(),
             units.cpu().numpy(),
             positive.cpu().numpy(),
@@ -671,66 +401,7 @@ class DCSR(Method):
         self, model: Any, block: CorpusBlock, settings: EncodeSettings
     ) -> tuple[np.ndarray, np.ndarray]:
         """One forward pass per passage; one vector per sentence whose marker fits."""
-        if block.sentences is None:
-            raise ValueError("DCSR encodes sentences: the block has no sentence spans")
-        encoder = model.passage.to(settings.device)
-        n = len(block.texts)
-        lengths = np.asarray([len(t) + len(block.titles[i]) for i, t in enumerate(block.texts)])
-        order = np.argsort(lengths, kind="stable")
-        per_passage: list[tuple[list[int], np.ndarray] | None] = [None] * n
-        dim = int(encoder.model.config.hidden_size)
-        was_training = encoder.training
-        encoder.eval()
-        counts = self._encode
-        try:
-            with torch.inference_mode(), autocast(settings.device, settings.bf16):
-                for start in range(0, n, settings.batch_size):
-                    idx = order[start : start + settings.batch_size].tolist()
-                    mb = tokenize_marked(
-                        model.tokenizer,
-                        [block.titles[i] for i in idx],
-                        [block.texts[i] for i in idx],
-                        [block.sentences[i] for i in idx],
-                        model.max_passage_len,
-                    )
-                    dev = settings.device
-                    index = {
-                        "rows": [r for r, pos in enumerate(mb.positions) for _ in pos],
-                        "starts": [c for pos in mb.positions for c in pos],
-                        "ends": [e for ends in mb.ends for e in ends],
-                    }
-                    at_ = {
-                        k: torch.tensor(v, dtype=torch.long, device=dev) for k, v in index.items()
-                    }
-                    states = sentence_states(
-                        encoder, {k: v.to(dev) for k, v in mb.inputs.items()}, at_["rows"],
-                        at_["starts"], at_["ends"], self.cfg["sentence_pooling"],
-                    )  # fmt: skip
-                    vecs = states.float().cpu().numpy()
-                    at = 0
-                    for r, i in enumerate(idx):
-                        got = len(mb.positions[r])
-                        per_passage[i] = (list(range(got)), vecs[at : at + got])
-                        at += got
-                        lost = mb.n_sentences[r] - got
-                        counts["sentences"] = counts.get("sentences", 0) + mb.n_sentences[r]
-                        counts["sentences_cut"] = counts.get("sentences_cut", 0) + lost
-                        counts["passages_with_cut_sentences"] = counts.get(
-                            "passages_with_cut_sentences", 0
-                        ) + (lost > 0)
-                        counts["sentences_text_truncated"] = counts.get(
-                            "sentences_text_truncated", 0
-                        ) + int(mb.text_cut[r] and got > 0)
-        finally:
-            encoder.train(was_training)
-        pids, sents, out = [], [], []
-        for i, item in enumerate(per_passage):
-            got, vecs = item
-            pids += [int(block.pids[i])] * len(got)
-            sents += got
-            out.append(vecs)
-        vectors = np.concatenate(out) if out else np.empty((0, dim), dtype=np.float32)
-        return unit_id(np.asarray(pids, np.int64), np.asarray(sents, np.int64)), vectors
+        return encode_sentences(model, block, settings, self.cfg["sentence_pooling"], self._encode)
 
     def encode_report(self) -> dict[str, Any]:
         c = self._encode
@@ -757,7 +428,7 @@ class DCSR(Method):
     def units_to_passages(
         self, unit_ids: np.ndarray, scores: np.ndarray, k: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        return score_normalization(unit_ids, scores, k, self.cfg["passage_score"])
+        return scoring.score_normalization(unit_ids, scores, k, self.cfg["passage_score"])
 
 
 def _zero_touch(model, device: torch.device) -> torch.Tensor:

@@ -1,5 +1,7 @@
 """Loaders that turn each QA dataset's own file layout into one question table.
 
+Over 500 lines: one small reader per dataset layout, all feeding the same record checks.
+
 Every loader returns a list of question dicts with the fields of ``QUESTION_SCHEMA``:
 ``qid, question, answers, match, gold_title, gold_context``. qids come from the dataset when
 it has them, otherwise ``"{dataset}-{split}-{index}"`` (0-based record index). The question

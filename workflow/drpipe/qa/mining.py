@@ -1,5 +1,7 @@
 """Training examples for DPR-style retrievers: positives, BM25 hard negatives, random negatives.
 
+Over 500 lines: one job, mining, with the DPR biencoder records it writes and checks.
+
 As in DPR (Karpukhin et al., 2020, sections 3.2, 4.2 and 5.2):
 
 - positive: for questions that come with a gold context (SQuAD, NQ), the passage of our pool

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from drpipe.cliutil import add_cfg, add_runtime
+from drpipe.environment import environment
 from drpipe.io import write_json
-from drpipe.provenance import environment
 from drpipe.training.settings import RUNTIME_KEYS
 
 log = logging.getLogger(__name__)
