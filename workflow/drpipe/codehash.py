@@ -3,7 +3,7 @@
 A rule's code hash covers the modules its command runs and every ``drpipe`` module they import
 (at any depth, function-level imports included), the ``__init__.py`` of each package on the
 way (Python runs them), and the package data those modules declare they read in a module-level
-``PACKAGE_DATA = ("paper_numbers/*.csv", ...)`` (globs relative to the package root). Modules
+``PACKAGE_DATA = ("papers/dpr/numbers.csv", ...)`` (globs relative to the package root). Modules
 imported by name at run time (the method registry) are not in the static graph: a rule that
 runs a method names that method's module as one of its entry points.
 

@@ -438,7 +438,7 @@ def train_setting(method, key):
 
 
 def table2_setup():
-    """What Table 2's notes say about this run's setup (see drpipe.tables.setup_notes)."""
+    """What Table 2's notes say about this run's setup (see drpipe.tables.notes.setup_notes)."""
     methods = C["tables"]["methods"]
     train_sets = {ts for _, ts, _, _, _ in table2_runs() if ts != "none"}
     fractions = [train_setting(m, "val_fraction") for m in methods] or [0.0]
