@@ -3,14 +3,13 @@ slice, and what a changed round count or learning rate reruns."""
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
 import re
 from pathlib import Path
 
 import pytest
-from test_workflow_e2e import TINY
+from tiny_run import OVERLAY
 from workflow_util import planned_jobs, snakemake
 
 from drpipe.config import deep_merge
@@ -76,7 +75,8 @@ def test_leak_free_labels_from_the_evaluated_split_are_refused(tmp_path):
 
 # --------------------------------------------------------------------------- tiny real run
 
-E2E = deep_merge(copy.deepcopy(TINY), AOPT)
+# The session's shared tiny run: its slice, every method of config.yaml, AOpt's rounds as AOPT.
+E2E = OVERLAY
 TARGETS = (
     "results/table2.csv",
     "results/aopt/table3.csv",
@@ -86,21 +86,11 @@ TARGETS = (
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    """AOpt's targets built on a copy of the audit tests' tiny DPR run (same corpus, questions
-    and DPR settings), so only AOpt's jobs and the tables run here: the suite trains the tiny
-    DPR once for both. Snakemake's metadata and mtimes come along, so nothing upstream reruns."""
-    import shutil
-
-    from test_audit_e2e import tiny_runs
-
-    base, _ = tiny_runs(tmp_path_factory)
-    work = tmp_path_factory.mktemp("aopt_e2e")
-    shutil.copytree(base, work, symlinks=True, dirs_exist_ok=True)
-    proc = snakemake(work, *TARGETS, overlay=E2E, timeout=1800)
-    ran = set(re.findall(r"^(?:local)?rule (\w+):", proc.stdout + proc.stderr, re.M))
-    assert not ran & {"train", "encode", "bm25_index", "mine"}, sorted(ran)
-    return work
+def run_dir(tiny_run) -> Path:
+    """AOpt's targets are among the shared tiny run's (tiny_run.py): built on a copy of the
+    audited DPR run, so the suite trains the tiny DPR once for both (tiny_run.extend_run checks
+    that none of the DPR run's jobs reran)."""
+    return tiny_run
 
 
 def _rows(path: Path) -> list[dict]:

@@ -11,69 +11,24 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
-from test_workflow_e2e import TINY
-from workflow_util import REPO, snakemake
+from tiny_run import DPR_OVERLAY as OVERLAY
+from tiny_run import overlay_args
 
 from drpipe.audit.lineage import Lineage
 from drpipe.audit.staleness import staleness
 
 pytestmark = pytest.mark.slow
 
-RAW = yaml.safe_load((REPO / "config.yaml").read_text())
-OVERLAY = {**TINY, "tables": {**TINY["tables"], "methods": ["dpr"]}}
-if "table2" in (RAW.get("aopt") or {}):  # AOpt's Table 2 rows are not part of this pair
-    OVERLAY["aopt"] = {"table2": []}
-TARGETS = ("all", "results/dpr/figure1.png")
-DRPIPE = Path(sys.executable).with_name("drpipe")
-_CACHE: dict[str, object] = {}
-
-
-def _overlay_args(work: Path, overlay: dict) -> str:
-    path = work / "audit-overlay.yaml"
-    path.write_text(yaml.safe_dump(overlay))
-    return shlex.join(["--configfile", str(REPO / "config.yaml"), str(path)])
-
-
-def tiny_runs(factory) -> tuple[Path, Path]:
-    """Two working directories with the same config run to the same targets (once per session;
-    shared with the report tests)."""
-    if "runs" not in _CACHE:
-        base = factory.mktemp("determinism")
-        runs = []
-        for name in ("a", "b"):
-            work = base / name
-            work.mkdir()
-            snakemake(work, *TARGETS, overlay=OVERLAY, timeout=3000)
-            runs.append(work)
-        _CACHE["runs"] = tuple(runs)
-    return _CACHE["runs"]  # type: ignore[return-value]
-
-
-def audited(factory) -> tuple[Path, Path]:
-    """Run A audited against run B with `drpipe audit` as `make audit` does (claims, tables,
-    report); returns the two working directories."""
-    a, b = tiny_runs(factory)
-    if "audited" not in _CACHE:
-        cmd = [str(DRPIPE), "audit", str(a / "results"), "--out", str(a / "results/audit"),
-               "--against", str(b / "results"), "--claims", str(a / "results/claims.csv"),
-               "--report", str(a / "results/report.html"),
-               "--snakemake-args", _overlay_args(a, OVERLAY)]  # fmt: skip
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=a, timeout=1800)
-        assert proc.returncode == 0, proc.stderr[-6000:]
-        _CACHE["audited"] = True
-    return a, b
-
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> tuple[Path, Path]:
-    return audited(tmp_path_factory)
+def runs(tiny_audited) -> tuple[Path, Path]:
+    """Two working directories with the same config run to the same targets, the first audited
+    against the second (the session's, shared with the report tests; tiny_run.py)."""
+    return tiny_audited
 
 
 def _audit(work: Path) -> dict:
@@ -145,7 +100,7 @@ def test_every_table2_cell_traces_to_the_fetched_inputs(runs, data_mirror):
 def test_a_config_change_is_reported_stale_per_rule(runs):
     a, _ = runs
     overlay = {**OVERLAY, "bm25": {"k1": 1.2, "b": 0.4, "hits": 100, "java": None}}
-    args = shlex.split(_overlay_args(a, overlay))
+    args = shlex.split(overlay_args(a, overlay))
     st = staleness(Lineage(a), args)
     assert "k1: 0.9 -> 1.2" in st["by_rule"]["bm25_search"]["config_changes"]
     assert {"mine", "train", "evaluate", "table2"} <= set(st["by_rule"])

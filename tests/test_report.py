@@ -115,10 +115,9 @@ def _payload(uri: str) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def report_run(tmp_path_factory):
-    from test_audit_e2e import audited
-
-    a, _ = audited(tmp_path_factory)
+def report_run(tiny_audited):
+    """The audited tiny DPR run (tiny_run.py), whose audit wrote results/report.html."""
+    a, _ = tiny_audited
     return a
 
 

@@ -13,75 +13,25 @@ from pathlib import Path
 
 import pytest
 import yaml
-from workflow_util import REPO, planned_jobs, snakemake
+from tiny_run import OVERLAY
+from workflow_util import REPO, planned_jobs
 
 from drpipe.methods import method_class, method_names
 
 METHODS = method_names()
-# The methods with Table 2 rows in the run (TINY keeps config.yaml's tables.methods).
+# The methods with Table 2 rows in the run (OVERLAY keeps config.yaml's tables.methods).
 TINY_METHODS = yaml.safe_load((REPO / "config.yaml").read_text())["tables"]["methods"]
 
 pytestmark = pytest.mark.slow
 
-TINY = {
-    "corpus": {
-        "documents": [
-            {"name": "squad_dev", "kind": "squad", "source": "squad_dev", "sample_articles": 3},
-            {"name": "squad_train", "kind": "squad", "source": "squad_train", "sample_articles": 2},
-            {
-                "name": "enwiki",
-                "kind": "wiki_dump",
-                "source": "enwiki_tables",
-                "sample_articles": None,
-            },
-        ],
-    },
-    "qa": {
-        "squad": {
-            "train": {
-                "format": "squad",
-                "source": "squad_train",
-                "sample": 48,
-                "restrict_to_corpus": True,
-            },
-            "test": {
-                "format": "squad",
-                "source": "squad_dev",
-                "sample": 120,
-                "restrict_to_corpus": True,
-            },
-        }
-    },
-    "mining": {"hard_negatives": 4, "random_negatives": 4},
-    "encoder": {"max_passage_len": 128, "max_query_len": 32},
-    "methods": {"dpr": {"epochs": 1, "batch_size": 8, "checkpoint_every": 2}},
-    "encode": {"shards": 2, "batch_size": 32},
-    "hybrid": {"depth": 50},
-    # Two Table 3 schemes (1-of-N with gold negatives; in-batch + one BM25 negative) and one
-    # Figure 1 training-set size keep the ablation targets real but small.
-    "tables": {
-        "table3": {
-            "dataset": "squad",
-            "split": "test",
-            "train_set": "squad",
-            "variants": ["t3_gold_7", "t3_gbm25_1_31"],
-        },
-        "figure1": {
-            "dataset": "squad",
-            "split": "test",
-            "train_set": "squad",
-            "variants": ["f1_n100"],
-        },
-    },
-}
 TARGETS = ("all", "results/dpr/table3.csv", "results/dpr/figure1.png")
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("e2e")
-    snakemake(work, *TARGETS, overlay=TINY, timeout=1500)
-    return work
+def run_dir(tiny_run) -> Path:
+    """The session's shared tiny run (tiny_run.py), built with OVERLAY on a superset of
+    TARGETS."""
+    return tiny_run
 
 
 def _rows(path: Path) -> list[dict]:
@@ -140,7 +90,7 @@ def test_provenance_traces_inputs_config_code_and_timings(run_dir):
 
 
 def test_nothing_reruns_without_a_change(run_dir):
-    assert planned_jobs(run_dir, *TARGETS, overlay=TINY) == set()
+    assert planned_jobs(run_dir, *TARGETS, overlay=OVERLAY) == set()
 
 
 def test_table3_ablation_and_figure1_are_built(run_dir):
@@ -165,7 +115,7 @@ def _rules(jobs):
 
 
 def test_chunking_change_reruns_corpus_and_downstream_only(run_dir):
-    jobs = planned_jobs(run_dir, overlay={**TINY, "corpus": {**TINY["corpus"], "words": 90}})
+    jobs = planned_jobs(run_dir, overlay={**OVERLAY, "corpus": {**OVERLAY["corpus"], "words": 90}})
     rules = _rules(jobs)
     assert {"passages", "sentences", "bm25_index", "mine", "train", "encode", "table2"} <= rules
     assert not rules & {"fetch", "documents", "qa_load", "init_model"}
@@ -174,7 +124,7 @@ def test_chunking_change_reruns_corpus_and_downstream_only(run_dir):
 def test_splitter_change_reruns_sentences_and_sentence_methods_only(run_dir):
     splitter = {"splitter": "sentencizer", "model": None, "batch_size": 256}
     jobs = planned_jobs(
-        run_dir, overlay={**TINY, "corpus": {**TINY["corpus"], "sentences": splitter}}
+        run_dir, overlay={**OVERLAY, "corpus": {**OVERLAY["corpus"], "sentences": splitter}}
     )
     assert "sentences" in _rules(jobs)
     sentence_methods = [m for m in METHODS if method_class(m).corpus_units == "sentences"]
@@ -186,7 +136,7 @@ def test_splitter_change_reruns_sentences_and_sentence_methods_only(run_dir):
 
 def test_bm25_k1_change_reruns_bm25_and_what_uses_mined_examples(run_dir):
     jobs = planned_jobs(
-        run_dir, overlay={**TINY, "bm25": {"k1": 1.2, "b": 0.4, "hits": 100, "java": None}}
+        run_dir, overlay={**OVERLAY, "bm25": {"k1": 1.2, "b": 0.4, "hits": 100, "java": None}}
     )
     rules = _rules(jobs)
     assert {
@@ -213,8 +163,8 @@ def test_bm25_k1_change_reruns_bm25_and_what_uses_mined_examples(run_dir):
 
 
 def test_dpr_lr_change_reruns_training_and_after_only(run_dir):
-    methods = {"dpr": {**TINY["methods"]["dpr"], "lr": 3.0e-5}}
-    jobs = planned_jobs(run_dir, overlay={**TINY, "methods": methods})
+    methods = {"dpr": {**OVERLAY["methods"]["dpr"], "lr": 3.0e-5}}
+    jobs = planned_jobs(run_dir, overlay={**OVERLAY, "methods": methods})
     rules = _rules(jobs)
     assert {"train", "encode", "build_index", "retrieve", "hybrid", "evaluate", "table2"} <= rules
     assert not rules & {
@@ -238,11 +188,11 @@ NO_RESULT_CHANGE = {
     "encode.batch_size": {"encode": {"shards": 2, "batch_size": 7}},
     "encode.block_size": {"encode": {"shards": 2, "batch_size": 32, "block_size": 33}},
     "retrieve.batch_size": {"retrieve": {"top_k": 100, "batch_size": 9}},
-    "methods.dpr.checkpoint_every": {"methods": {"dpr": {**TINY["methods"]["dpr"],
+    "methods.dpr.checkpoint_every": {"methods": {"dpr": {**OVERLAY["methods"]["dpr"],
                                                          "checkpoint_every": 5}}},
     "threads": {"threads": 1},
-    "corpus.wiki_processes": {"corpus": {**TINY["corpus"], "wiki_processes": 1}},
-    "corpus.sentences.batch_size": {"corpus": {**TINY["corpus"], "sentences": {
+    "corpus.wiki_processes": {"corpus": {**OVERLAY["corpus"], "wiki_processes": 1}},
+    "corpus.sentences.batch_size": {"corpus": {**OVERLAY["corpus"], "sentences": {
         "splitter": "dcsr", "model": None, "batch_size": 17}}},
     "index.hnsw (index type flat)": {"index": {"hnsw": {"m": 16, "ef_construction": 40,
                                                         "ef_search": 16}}},
@@ -253,7 +203,7 @@ NO_RESULT_CHANGE = {
 @pytest.mark.parametrize("name", list(NO_RESULT_CHANGE))
 def test_settings_that_change_no_result_rerun_nothing(run_dir, name):
     patch = NO_RESULT_CHANGE[name]
-    assert planned_jobs(run_dir, *TARGETS, overlay={**TINY, **patch}) == set(), name
+    assert planned_jobs(run_dir, *TARGETS, overlay={**OVERLAY, **patch}) == set(), name
 
 
 # AOpt starts from DPR's vectors and runs: whatever reruns DPR's vectors reruns AOpt.
@@ -266,7 +216,7 @@ TABLES = {"table2", "table3", "figure1", "provenance", "all"}
 # Setting -> (rules that must run, rules that may run); anything else planned is a bug.
 RESULT_CHANGE = {
     "hybrid.grid": (
-        {"hybrid": {**TINY["hybrid"], "grid": [1.0, 30.0]}},
+        {"hybrid": {**OVERLAY["hybrid"], "grid": [1.0, 30.0]}},
         {"hybrid", "evaluate", "table2"},
         {"hybrid", "evaluate", *TABLES},
     ),
@@ -287,7 +237,7 @@ RESULT_CHANGE = {
         DENSE_RULES - {"train", "encode", "encode_queries"},
     ),
     "encoder.max_query_len": (
-        {"encoder": {**TINY["encoder"], "max_query_len": 24}},
+        {"encoder": {**OVERLAY["encoder"], "max_query_len": 24}},
         {"init_model", "train", "encode", "encode_queries", "retrieve", "evaluate", "table2"},
         DENSE_RULES | {"init_model"},
     ),
@@ -297,12 +247,12 @@ RESULT_CHANGE = {
         DENSE_RULES | {"bm25_search", "mine"},
     ),
     "mining.hard_negatives": (
-        {"mining": {**TINY["mining"], "hard_negatives": 3}},
+        {"mining": {**OVERLAY["mining"], "hard_negatives": 3}},
         {"mine", "train", "evaluate", "table2"},
         DENSE_RULES | {"mine"},
     ),
     "tables.split (same data, renamed tables)": (
-        {"tables": {**TINY["tables"], "datasets": ["squad"], "single": {"squad": "squad"}}},
+        {"tables": {**OVERLAY["tables"], "datasets": ["squad"], "single": {"squad": "squad"}}},
         set(),
         TABLES,
     ),
@@ -312,7 +262,7 @@ RESULT_CHANGE = {
 @pytest.mark.parametrize("name", list(RESULT_CHANGE))
 def test_result_changing_settings_rerun_exactly_their_steps(run_dir, name):
     patch, required, allowed = RESULT_CHANGE[name]
-    rules = _rules(planned_jobs(run_dir, *TARGETS, overlay={**TINY, **patch}))
+    rules = _rules(planned_jobs(run_dir, *TARGETS, overlay={**OVERLAY, **patch}))
     assert required <= rules, (name, sorted(rules))
     assert rules <= allowed, (name, sorted(rules - allowed))
 
@@ -337,20 +287,20 @@ def test_new_method_module_plans_nothing_and_a_method_edit_plans_only_it(run_dir
     from workflow_util import copy_checkout
 
     repo = copy_checkout(tmp_path / "clone")
-    assert planned_jobs(run_dir, *TARGETS, overlay=TINY, repo=repo) == set()
+    assert planned_jobs(run_dir, *TARGETS, overlay=OVERLAY, repo=repo) == set()
     methods = repo / "workflow" / "drpipe" / "methods"
     (methods / "zzz_new.py").write_text(
         "from drpipe.methods.dpr import DPR\n\n\nclass New(DPR):\n"
         '    name = "zzz_new"\n    label = "New"\n\n\nMETHOD = New\n'
     )
-    assert planned_jobs(run_dir, *TARGETS, overlay=TINY, repo=repo) == set()
+    assert planned_jobs(run_dir, *TARGETS, overlay=OVERLAY, repo=repo) == set()
 
     # Edit a method module that no other method imports (DCSR and xMoCo reuse DPR's code, so
     # editing dpr.py rightly reruns them too): only that method's jobs are planned.
     leaf = _leaf_method()
     path = methods / f"{leaf}.py"
     path.write_text(path.read_text() + "\n# edited\n")
-    jobs = planned_jobs(run_dir, *TARGETS, overlay=TINY, repo=repo)
+    jobs = planned_jobs(run_dir, *TARGETS, overlay=OVERLAY, repo=repo)
     outputs = {o for _, o in jobs}
     assert f"results/models/{leaf}/squad" in outputs
     assert not [o for o in outputs if "/bm25/none" in o or o.startswith("results/corpus")]
@@ -361,6 +311,6 @@ def test_new_method_module_plans_nothing_and_a_method_edit_plans_only_it(run_dir
     path.write_text(path.read_text().replace("\n# edited\n", ""))
     runs = repo / "workflow" / "drpipe" / "runs.py"
     runs.write_text(runs.read_text() + "\n# edited\n")
-    rules = _rules(planned_jobs(run_dir, *TARGETS, overlay=TINY, repo=repo))
+    rules = _rules(planned_jobs(run_dir, *TARGETS, overlay=OVERLAY, repo=repo))
     assert {"bm25_search", "retrieve", "evaluate", "mine"} <= rules
     assert not rules & {"fetch", "documents", "passages", "sentences", "qa_load"}

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
+import select
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import yaml
@@ -25,6 +31,68 @@ def copy_checkout(dest: Path) -> Path:
     for name in ("workflow", "profiles", "envs"):
         shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
+
+
+class _Zygote:
+    """Client of snakemake_zygote.py: runs a `snakemake` command as a fork of a process that
+    has Snakemake and torch imported (started on first use, one per pytest process)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+        self.pythonpath: str | None = None
+        self.cpu_seconds = 0.0  # CPU of the children, which the pytest process's rusage misses
+        self.off = os.environ.get("DRPIPE_TEST_ZYGOTE") == "0"
+
+    def _line(self, deadline: float | None) -> str | None:
+        """The zygote's next answer; None if none came before ``deadline``."""
+        assert self.proc is not None and self.proc.stdout is not None
+        fd, data = self.proc.stdout.fileno(), b""
+        while not data.endswith(b"\n"):
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([fd], [], [], wait)[0]:
+                return None
+            chunk = os.read(fd, 64)
+            if not chunk:
+                raise EOFError("the snakemake zygote exited")
+            data += chunk
+        return data.decode().strip()
+
+    def run(self, cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess | None:
+        """``cmd`` run by a fork of the zygote; None where a fork would not be the same as a
+        new process (another PYTHONPATH) or the zygote is not available."""
+        if self.off:
+            return None
+        if self.proc is None or self.proc.poll() is not None:
+            self.pythonpath = os.environ.get("PYTHONPATH")
+            self.proc = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("snakemake_zygote.py"))],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ},
+            )  # fmt: skip
+        if env.get("PYTHONPATH") != self.pythonpath:
+            return None
+        with tempfile.TemporaryDirectory() as tmp:
+            out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+            request = {"argv": cmd, "env": env, "cwd": os.getcwd(), "stdout": str(out),
+                       "stderr": str(err)}  # fmt: skip
+            assert self.proc.stdin is not None
+            try:
+                self.proc.stdin.write((json.dumps(request) + "\n").encode())
+                self.proc.stdin.flush()
+                pid = int(self._line(None) or "0")
+            except (EOFError, BrokenPipeError, ValueError):
+                self.off = True  # it could not start: plain processes from now on
+                return None
+            answer = self._line(time.monotonic() + timeout)
+            if answer is None:
+                os.kill(pid, signal.SIGKILL)
+                self._line(None)
+                raise subprocess.TimeoutExpired(cmd, timeout, out.read_text(), err.read_text())
+            code, cpu = answer.split()
+            self.cpu_seconds += float(cpu)
+            return subprocess.CompletedProcess(cmd, int(code), out.read_text(), err.read_text())
+
+
+_ZYGOTE = _Zygote()
 
 
 def snakemake(
@@ -56,13 +124,20 @@ def snakemake(
         str(repo / "config.yaml"),
     ]
     if overlay is not None:
-        path = workdir / f"overlay-{abs(hash(yaml.safe_dump(overlay))) % 10**8}.yaml"
-        path.write_text(yaml.safe_dump(overlay))
+        # Named by its content and written atomically: pytest-xdist workers may dry-run the
+        # same shared run with the same overlay at once.
+        text = yaml.safe_dump(overlay)
+        path = workdir / f"overlay-{hashlib.sha256(text.encode()).hexdigest()[:8]}.yaml"
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
         cmd.append(str(path))
     env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}{os.pathsep}{os.environ['PATH']}"}
     if repo != REPO and python_path:
         env["PYTHONPATH"] = str(repo / "workflow")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    proc = _ZYGOTE.run(cmd, env, timeout)
+    if proc is None:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"

@@ -1,0 +1,178 @@
+"""The tiny real runs that the end-to-end tests read, each built once per test session (the
+session fixtures in conftest.py call these).
+
+- ``build_dpr_run``: BM25, the initial encoder, DPR and its BM25 hybrid (Table 2) and DPR
+  Figure 1. Built twice, in two directories, for the byte-for-byte comparison of two runs.
+- ``extend_run``: a copy of the first DPR run taken on to the superset the other end-to-end
+  tests read: every method of config.yaml's tables.methods, AOpt's second rounds and its
+  Table 3 and Figures 6 and 7, and the DPR Table 3 schemes. Only the new jobs run: the copy
+  keeps Snakemake's metadata and the files' mtimes.
+
+Each Snakemake job pays its own start-up (imports, model loads), so sharing the DPR jobs and
+running them once is most of the saving; a test that changes files works on a copy.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import re
+import shlex
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+from workflow_util import REPO, snakemake
+
+RAW = yaml.safe_load((REPO / "config.yaml").read_text())
+
+# The tiny slice of the real data: 3 SQuAD dev and 2 SQuAD train articles and 5 enwiki pages.
+TINY = {
+    "corpus": {
+        "documents": [
+            {"name": "squad_dev", "kind": "squad", "source": "squad_dev", "sample_articles": 3},
+            {"name": "squad_train", "kind": "squad", "source": "squad_train", "sample_articles": 2},
+            {
+                "name": "enwiki",
+                "kind": "wiki_dump",
+                "source": "enwiki_tables",
+                "sample_articles": None,
+            },
+        ],
+    },
+    "qa": {
+        "squad": {
+            "train": {
+                "format": "squad",
+                "source": "squad_train",
+                "sample": 48,
+                "restrict_to_corpus": True,
+            },
+            "test": {
+                "format": "squad",
+                "source": "squad_dev",
+                "sample": 120,
+                "restrict_to_corpus": True,
+            },
+        }
+    },
+    "mining": {"hard_negatives": 4, "random_negatives": 4},
+    "encoder": {"max_passage_len": 128, "max_query_len": 32},
+    "methods": {"dpr": {"epochs": 1, "batch_size": 8, "checkpoint_every": 2}},
+    "encode": {"shards": 2, "batch_size": 32},
+    "hybrid": {"depth": 50},
+    # Two Table 3 schemes (1-of-N with gold negatives; in-batch + one BM25 negative) and one
+    # Figure 1 training-set size keep the ablation targets real but small.
+    "tables": {
+        "table3": {
+            "dataset": "squad",
+            "split": "test",
+            "train_set": "squad",
+            "variants": ["t3_gold_7", "t3_gbm25_1_31"],
+        },
+        "figure1": {
+            "dataset": "squad",
+            "split": "test",
+            "train_set": "squad",
+            "variants": ["f1_n100"],
+        },
+    },
+}
+
+# The DPR run (built twice): DPR the only learned method, no AOpt rows in Table 2.
+DPR_OVERLAY = {**TINY, "tables": {**TINY["tables"], "methods": ["dpr"]}}
+if "table2" in (RAW.get("aopt") or {}):
+    DPR_OVERLAY["aopt"] = {"table2": []}
+DPR_TARGETS = ("all", "results/dpr/figure1.png")
+
+# AOpt's rounds behind the table rows and Figure 7 (two rounds each; config.yaml's mini has one).
+AOPT_ROUNDS = {
+    "rounds": {"query": 2, "passage": 2, "hybrid": 2},
+    "figure7": {"dataset": "squad", "rounds": 2},
+}
+# The shared run: TINY with every method of config.yaml and AOpt's two rounds.
+OVERLAY = {**TINY, "aopt": AOPT_ROUNDS}
+TARGETS = (
+    "all",
+    "results/dpr/table3.csv",
+    "results/dpr/figure1.png",
+    "results/aopt/table3.csv",
+    "results/aopt/figure6.png",
+    "results/aopt/figure7.png",
+)
+# Jobs of the DPR run that the extension must reuse, not rerun.
+REUSED_RULES = {"fetch", "documents", "qa_load", "passages", "sentences", "bm25_index",
+                "bm25_search", "mine", "init_model", "train", "encode", "encode_queries",
+                "build_index", "retrieve", "hybrid", "evaluate"}  # fmt: skip
+
+DRPIPE = Path(sys.executable).with_name("drpipe")
+# A build takes minutes on a quiet 2-core machine and several times that on a shared one; the
+# bound only stops a hung run.
+BUILD_TIMEOUT = 7200
+_JOB = re.compile(r"^(?:local)?rule (\w+):\n(?:(?:    .*)\n)*?    output: (.*)$", re.M)
+
+
+def once(root: Path, name: str, build: Callable[[Path], Path]) -> Path:
+    """``build(root / name)``, run by the first pytest process that asks for it: the others
+    (pytest-xdist workers sharing ``root``) wait for it and reuse it, or see its failure."""
+    work, done, failed = root / name, root / f"{name}.done", root / f"{name}.failed"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if failed.exists():
+            raise AssertionError(f"building {name} failed:\n{failed.read_text()}")
+        if not done.exists():
+            try:
+                build(work)
+            except BaseException:
+                failed.write_text(traceback.format_exc()[-8000:])
+                raise
+            done.touch()
+    return work
+
+
+def build_dpr_run(work: Path) -> Path:
+    """The DPR run in ``work`` (created)."""
+    work.mkdir()
+    snakemake(work, *DPR_TARGETS, overlay=DPR_OVERLAY, timeout=BUILD_TIMEOUT)
+    return work
+
+
+def copy_run(src: Path, dest: Path) -> Path:
+    """A copy of a run's directory with its mtimes and Snakemake metadata (``cp -a``)."""
+    subprocess.run(["cp", "-a", str(src), str(dest)], check=True)
+    return dest
+
+
+def extend_run(dpr_run: Path, work: Path) -> Path:
+    """A copy of ``dpr_run`` at ``work`` built on to TARGETS with OVERLAY; fails if a job of
+    the DPR run reran (the copy would then no longer share its DPR with the audited pair)."""
+    copy_run(dpr_run, work)
+    proc = snakemake(work, *TARGETS, overlay=OVERLAY, timeout=BUILD_TIMEOUT)
+    ran = [
+        (rule, out.split(",")[0].strip()) for rule, out in _JOB.findall(proc.stdout + proc.stderr)
+    ]
+    rerun = [(r, o) for r, o in ran if r in REUSED_RULES and (dpr_run / o).exists()]
+    assert not rerun, f"the extension reran jobs of the DPR run: {rerun}"
+    return work
+
+
+def overlay_args(work: Path, overlay: dict) -> str:
+    """``--configfile`` arguments naming config.yaml and ``overlay`` (written into ``work``)."""
+    path = work / "audit-overlay.yaml"
+    path.write_text(yaml.safe_dump(overlay))
+    return shlex.join(["--configfile", str(REPO / "config.yaml"), str(path)])
+
+
+def audit_run(run: Path, against: Path, work: Path) -> Path:
+    """A copy of ``run`` at ``work`` audited against ``against`` with `drpipe audit` as
+    `make audit` does (claims, tables, report)."""
+    a = copy_run(run, work)
+    cmd = [str(DRPIPE), "audit", str(a / "results"), "--out", str(a / "results/audit"),
+           "--against", str(against / "results"), "--claims", str(a / "results/claims.csv"),
+           "--report", str(a / "results/report.html"),
+           "--snakemake-args", overlay_args(a, DPR_OVERLAY)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=a, timeout=BUILD_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    return a
