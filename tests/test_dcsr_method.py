@@ -26,7 +26,12 @@ from drpipe.io import write_jsonl
 from drpipe.methods import get_method
 from drpipe.methods.base import SENT_SLOTS, CollateContext, CorpusBlock, DistContext, EncodeSettings
 from drpipe.methods.dcsr_parts import scoring
-from drpipe.methods.dcsr_parts.markers import marked_pieces, marked_text, tokenize_marked
+from drpipe.methods.dcsr_parts.markers import (
+    marked_pieces,
+    marked_text,
+    sentence_states,
+    tokenize_marked,
+)
 from drpipe.qa.matching import has_answer
 from drpipe.training.build import build_model
 from drpipe.training.loop import train_model
@@ -66,9 +71,11 @@ def corpus(tmp_path_factory, data_mirror) -> dict:
     for pid, text in ((900, ALL_ANSWER), (901, OTHER)):
         rows.append({"pid": pid, "title": "Made up", "text": text, "source": "t", "doc_id": 9})
     pq.write_table(pa.Table.from_pylist(rows, schema=PASSAGE_SCHEMA), out / "p.parquet")
-    split_passages(out / "p.parquet", out / "s.parquet", splitter="dcsr")
+    report = split_passages(out / "p.parquet", out / "s.parquet", splitter="dcsr")
+    (out / "s.report.json").write_text(json.dumps(report))
     return {"dir": out, "rows": {r["pid"]: r for r in rows}, "paras": paras,
-            "paths": {"passages": out / "p.parquet", "sentences": out / "s.parquet"}}  # fmt: skip
+            "paths": {"passages": out / "p.parquet", "sentences": out / "s.parquet",
+                      "sentences_report": out / "s.report.json"}}  # fmt: skip
 
 
 def _ctx(row: dict) -> dict:
@@ -263,9 +270,13 @@ def test_prepare_counts_drops_and_measures_k(corpus, examples):
     n_sent = pq.read_metadata(corpus["paths"]["sentences"]).num_rows
     n_psg = pq.read_metadata(corpus["paths"]["passages"]).num_rows
     assert method.cfg["sentences_per_passage"] == pytest.approx(n_sent / n_psg, abs=1e-4)
-    # A passage text that differs from the corpus's is not trusted with its spans.
+    # A passage text that differs from the corpus's is not trusted with its spans: it is cut
+    # from its own text, or (unmatched_passages: drop) its example is dropped.
     bad = {**examples[0], "positive_ctxs": [{**examples[0]["positive_ctxs"][0], "text": "x y"}]}
-    assert _prepared(corpus, [bad]).counts["dropped_positive_not_in_corpus"] == 1
+    assert _prepared(corpus, [bad]).counts["positives_cut_from_own_text"] == 1
+    dropped = _prepared(corpus, [bad], unmatched_passages="drop")
+    assert dropped.counts["dropped_positive_not_in_corpus"] == 1
+    assert list(dropped.dropped_examples()) == [0]
 
 
 def _slot_sentence(batch, method, slot: int, texts: dict) -> tuple[int, str]:
@@ -355,6 +366,34 @@ def test_loss_uses_all_sampled_sentences_and_score_normalization(
     assert calls and val["avg_rank"] >= 1 and 0 <= val["accuracy"] <= 1
 
 
+def test_validation_counts_the_positive_sentence_first(corpus, examples, tiny_bert):
+    """Appendix A's measure (and the released code's "correct prediction ratio"): the positive
+    sentence ranked first among the batch's sentences; the passage measure is reported beside
+    it. Computed here from the model's own vectors, independently of ``loss``."""
+    model = build_model(tiny_cfg(tiny_bert), ["<sent>"]).eval()
+    method = _prepared(corpus, examples)
+    val = examples[:12]
+    ctx = CollateContext(model=model, seed=3, epoch=0, sample=False, pool=val)
+    batch = method.collate(list(enumerate(val)), ctx)
+    with torch.no_grad():
+        q = model.query(batch.queries)
+        s = sentence_states(model.passage, batch.passages.inputs, batch.slot_row,
+                            batch.slot_pos, batch.slot_end, method.cfg["sentence_pooling"])  # fmt: skip
+    scores = (q @ s.T).double().numpy()
+    positive = batch.positive.numpy()
+    sentence_first = scores.argmax(1) == positive
+    passage_ranks = scoring.positive_passage_ranks(scores, batch.slot_unit.numpy(), positive)
+    cfg = tiny_cfg(tiny_bert, val_batch_size=12, seed=3)
+    out = validate(method, model, val, cfg, DistContext(), torch.device("cpu"), False)
+    assert out["n_questions"] == len(positive) == 12
+    assert out["accuracy"] == pytest.approx(sentence_first.mean())
+    assert out["passage_accuracy"] == pytest.approx((passage_ranks == 1).mean())
+    assert out["passage_avg_rank"] == pytest.approx(passage_ranks.mean())
+    # The two measures differ on this batch (its in-passage negatives share their passage with
+    # the positive), so the test tells them apart.
+    assert sentence_first.mean() != (passage_ranks == 1).mean()
+
+
 def test_retrieval_uses_score_normalization(monkeypatch):
     from drpipe.retrieve import search_passages
 
@@ -392,6 +431,12 @@ def test_training_resumes_identically_and_reports_drops(tmp_path, corpus, exampl
     sa, sb = a.state_dict(), b.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
     assert full["val_curve"] == resumed["val_curve"]
+    # Checkpoints are selected on the sentence measure (then the loss); the passage one is
+    # reported beside it.
+    curve = full["val_curve"]
+    assert all({"accuracy", "passage_accuracy", "passage_avg_rank"} <= set(e) for e in curve)
+    best = min(curve, key=lambda e: (e["avg_rank"], e["loss"]))
+    assert full["best_epoch"] == best["epoch"]
     assert full["dcsr"]["dropped_no_answer_sentence"] == 1
     k = a.method["cfg"]["sentences_per_passage"]
     assert a.method["name"] == "dcsr" and 2 < k < 10

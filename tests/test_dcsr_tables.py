@@ -107,8 +107,9 @@ def test_figure4_curves_and_plot(tmp_path):
     reports = [
         {"method": m, "cfg": {"batch_size": 16, "val_batch_size": None},
          "val_curve": [{"epoch": e, "accuracy": a, "avg_rank": 1.5, "loss": 0.4,
-                        "n_questions": 96} for e, a in enumerate(accs)]}
-        for m, accs in (("dpr", [0.5, 0.6]), ("dcsr", [0.55, 0.7]))
+                        "n_questions": 96, **extra} for e, a in enumerate(accs)]}
+        for m, accs, extra in (("dpr", [0.5, 0.6], {}),
+                               ("dcsr", [0.55, 0.7], {"passage_accuracy": 0.75}))
     ]  # fmt: skip
     for i, r in enumerate(reports):
         (tmp_path / f"r{i}.json").write_text(json.dumps(r))
@@ -119,6 +120,10 @@ def test_figure4_curves_and_plot(tmp_path):
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     csv = pd.read_csv(tmp_path / "f.csv")
     assert csv["accuracy"].tolist() == pytest.approx([50, 60, 55, 70])
+    # DCSR's curve is its sentence measure; its passage measure sits beside it.
+    assert csv["passage_accuracy"].isna().tolist() == [True, True, False, False]
+    assert csv["passage_accuracy"].dropna().tolist() == pytest.approx([75, 75])
+    assert csv["task"].str.contains("positive sentence among the batch's sentences").all()
     assert csv["epoch"].tolist() == [1, 2, 1, 2] and (csv["val_batch_size"] == 16).all()
     with pytest.raises(ValueError, match="no validation curve"):
         figure4_curves([{**reports[0], "val_curve": []}], ["x"])

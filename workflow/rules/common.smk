@@ -314,6 +314,8 @@ def corpus_table(name):
     return {
         "passages": "results/corpus/passages.parquet",
         "sentences": "results/corpus/sentences.parquet",
+        # Names the splitter that cut the sentences (DCSR cuts passages the corpus lacks so).
+        "sentences_report": "results/corpus/sentences.report.json",
     }[name]
 
 

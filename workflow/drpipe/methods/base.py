@@ -10,7 +10,10 @@ registry is built from the module names (``drpipe.methods.method_names``). The c
   (class attributes; a subclass adds to its parent's, see ``config_defaults``);
 - ``special_tokens``: tokens added to the tokenizer (embeddings resized, saved with the model);
 - ``train_corpus``: corpus tables its training reads besides the examples (DCSR:
-  ``("passages", "sentences")``), handed to ``prepare`` before the first batch.
+  ``("passages", "sentences", "sentences_report")``), handed to ``prepare`` before the
+  first batch;
+- ``extra_measures``: validation measures reported beside the one checkpoints are selected on
+  (DCSR: ``passage``, the passage rank beside its paper's sentence rank).
 
 and implements
 
@@ -128,7 +131,8 @@ class Method(ABC):
     corpus_units: ClassVar[str] = "passages"
     hybrid: ClassVar[bool] = True
     special_tokens: ClassVar[tuple[str, ...]] = ()
-    train_corpus: ClassVar[tuple[str, ...]] = ()  # "passages" and/or "sentences"
+    train_corpus: ClassVar[tuple[str, ...]] = ()  # "passages", "sentences", "sentences_report"
+    extra_measures: ClassVar[tuple[str, ...]] = ()  # loss stats <name>_correct, <name>_rank_sum
     defaults: ClassVar[dict[str, Any]] = {}  # this class's own cfg keys and their defaults
     schema: ClassVar[dict[str, Any]] = {}  # JSON-schema properties of those keys
 
@@ -164,6 +168,12 @@ class Method(ABC):
         passages). Default: nothing."""
         return None
 
+    def dropped_examples(self) -> dict[int, str]:
+        """Examples ``prepare`` found unusable: index in its ``examples`` -> why, in words the
+        user can act on. The loop reports them per file and stops a run that would lose more
+        than ``max_dropped_fraction`` of a file's examples. Default: none."""
+        return {}
+
     @abstractmethod
     def collate(self, items: Sequence[tuple[int, dict]], ctx: CollateContext) -> Any:
         """Turn (index in pool, training example) pairs of this rank into a batch.
@@ -182,7 +192,9 @@ class Method(ABC):
         loss; the loop sums parameter gradients over ranks. ``train`` is False in validation,
         where method state (queues, ...) must not change. ``stats`` holds (validation reads
         them): ``loss``, ``n_questions``, ``correct`` (positives ranked first) and
-        ``rank_sum`` (sum of the 1-based ranks of the positives).
+        ``rank_sum`` (sum of the 1-based ranks of the positives): the validation measure of
+        the method's paper, which checkpoint selection uses; and ``<name>_correct`` /
+        ``<name>_rank_sum`` for each of its ``extra_measures``.
         """
 
     def batch_size_of(self, batch: Any) -> int:

@@ -6,7 +6,11 @@ marker, so a passage costs one forward pass, as in DPR. The input is DPR's passa
 the markers in the text: ``[CLS] title [SEP] <sent> s1 <sent> s2 ... [SEP]`` (the released
 ``BertTensorizer`` puts the title first too). Sentences are the rows of the corpus sentence
 table (``corpus.sentences.splitter``; DCSR's own rule is ``dcsr``), so training and the index
-cut passages identically. ``sentence_pooling: span`` instead averages the states of the
+cut passages identically. A training passage the corpus lacks (DPR's released files name
+``psgs_w100`` ids; a corpus built from the dump has its own) is cut from its own text by that
+same splitter (``unmatched_passages: split``, as the released ``process_ctx.py`` cuts the
+training files), or its example dropped (``drop``); either way counted, and the loop stops a
+run that cannot use more than ``max_dropped_fraction`` of a file's examples. ``sentence_pooling: span`` instead averages the states of the
 sentence's tokens (marker included) from the same pass: the read-out for an encoder trained for
 mean pooling, as the local scales' all-MiniLM-L6-v2 is (their DPR runs pool by mean too).
 
@@ -44,7 +48,12 @@ then Score Normalization: a softmax over each question's retrieved sentence scor
 ``HasAns(P) = 1 - prod(1 - p_s)`` over a passage's retrieved sentences (the released
 ``qa_validation.check_answer``), passages ranked by it. ``score_normalization`` is the one
 units-to-passages function: retrieval, DCSR-hard mining (a retrieval over training questions)
-and validation (passage rank among a batch's candidate sentences) all call it.
+and validation's passage measure (passage rank among a batch's candidate sentences) all call
+it.
+
+Validation (Figure 4, Appendix A, and checkpoint selection) counts, as the paper and the released
+``train_dense_encoder.py`` do, the positive sentence ranked first among the candidate sentences
+of its validation batch; the passage measure above is reported beside it.
 """
 
 from __future__ import annotations
@@ -81,15 +90,32 @@ from drpipe.methods.dcsr_parts.training_data import (
     Passage,
     answer_sentences,
     corpus_passage,
+    own_text_spans,
     sentence_spans,
     unit_pid,
 )
 from drpipe.methods.dpr import dpr_nll, fp32
 
+# unmatched_passages: what becomes of a passage of the examples that the corpus lacks (its id
+# unknown there, or another text under it): "split" cuts its own text with the corpus's
+# splitter; "drop" drops an example whose positive it is (counted; the loop stops a run that
+# loses more than max_dropped_fraction of a file).
+UNMATCHED = ("split", "drop")
+DROP_NOT_IN_CORPUS = (
+    "positive passage not in the corpus (its passage_id unknown there or its text different) "
+    "and unmatched_passages is 'drop'"
+)
+DROP_NO_ANSWER_SENTENCE = (
+    "no single sentence of the positive passage contains an answer (it straddles a sentence "
+    "boundary, or no answer matches the passage), as DCSR's filter_data drops it"
+)
+
 COUNTERS = (
     "examples",
     "dropped_no_answer_sentence",  # the positive passage has an answer, no single sentence has
-    "dropped_positive_not_in_corpus",  # no sentences for it (pid unknown or text differs)
+    "dropped_positive_not_in_corpus",  # unmatched_passages "drop": pid unknown or text differs
+    "passages_cut_from_own_text",  # distinct passage texts the corpus lacks, cut by its splitter
+    "positives_cut_from_own_text",  # examples whose positive passage is one of them
     "answer_in_several_sentences",
     "negatives_not_in_corpus",
     "train_dropped_positive_cut",  # answer sentences all beyond max length (per batch drawn)
@@ -107,7 +133,8 @@ class DCSR(Method):
     corpus_units = "sentences"
     hybrid = False  # the paper has no BM25 + DCSR row
     special_tokens = (SENT_TOKEN,)
-    train_corpus = ("passages", "sentences")
+    train_corpus = ("passages", "sentences", "sentences_report")
+    extra_measures = ("passage",)
     defaults = {
         "bm25_negatives": 1,
         "in_passage_negatives": 1,
@@ -117,6 +144,7 @@ class DCSR(Method):
         "sentences_per_passage": None,
         "passage_score": "hasans",
         "sentence_pooling": "marker",
+        "unmatched_passages": "split",
     }
     schema = {
         "bm25_negatives": {"type": "integer", "minimum": 0},
@@ -127,6 +155,7 @@ class DCSR(Method):
         "sentences_per_passage": {"type": ["number", "null"], "exclusiveMinimum": 0},
         "passage_score": {"enum": list(scoring.PASSAGE_SCORES)},
         "sentence_pooling": {"enum": list(SENTENCE_POOLINGS)},
+        "unmatched_passages": {"enum": list(UNMATCHED)},
     }
 
     def __init__(self, cfg: dict[str, Any] | None = None):
@@ -138,7 +167,11 @@ class DCSR(Method):
             raise ValueError(f"passage_score must be one of {scoring.PASSAGE_SCORES}")
         if c["sentence_pooling"] not in SENTENCE_POOLINGS:
             raise ValueError(f"sentence_pooling must be one of {SENTENCE_POOLINGS}")
+        if c["unmatched_passages"] not in UNMATCHED:
+            raise ValueError(f"unmatched_passages must be one of {UNMATCHED}")
         self.passages: dict[int, tuple[int, list[tuple[int, int]]]] = {}  # pid -> (crc, spans)
+        self.own: dict[str, list[tuple[int, int]]] = {}  # text -> spans: passages it lacks
+        self._dropped: dict[int, str] = {}
         self.counts: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._cut_examples: set[int] = set()
         self._encode: dict[str, int] = {}
@@ -146,8 +179,18 @@ class DCSR(Method):
     # ---- training data
 
     def prepare(self, corpus: dict[str, Any], examples: Sequence[dict]) -> None:
-        """Sentence spans of every passage the examples name; ``k`` from the sentence table."""
+        """Sentence spans of every passage the examples name (the corpus's, else cut from the
+        passage's own text by the corpus's splitter); ``k`` from the sentence table."""
         self.passages = sentence_spans(corpus, examples)
+        self.own = {}
+        if self.cfg["unmatched_passages"] == "split":
+            if "sentences_report" not in corpus:
+                raise ValueError(
+                    "DCSR: unmatched_passages 'split' needs the sentence table's report "
+                    "(corpus table 'sentences_report', which names its splitter)"
+                )
+            self.own = own_text_spans(self.passages, examples, corpus["sentences_report"])
+            self.counts["passages_cut_from_own_text"] = len(self.own)
         if self.cfg["sentences_per_passage"] is None:
             # DCSR's k: retrieval searches 100 * k sentences; recorded in the model's metadata.
             n_p = parquet_num_rows(corpus["passages"])
@@ -155,21 +198,29 @@ class DCSR(Method):
                 parquet_num_rows(corpus["sentences"]) / max(n_p, 1), 4
             )
         self.counts["examples"] = len(examples)
-        for ex in examples:
+        self._dropped = {}
+        for i, ex in enumerate(examples):
             pos = self._positive(ex)
             if pos is None:
                 self.counts["dropped_positive_not_in_corpus"] += 1
+                self._dropped[i] = DROP_NOT_IN_CORPUS
             elif not pos[1]:
                 self.counts["dropped_no_answer_sentence"] += 1
+                self._dropped[i] = DROP_NO_ANSWER_SENTENCE
             elif len(pos[1]) > 1:
                 self.counts["answer_in_several_sentences"] += 1
+            if pos is not None and pos[0].pid < 0:
+                self.counts["positives_cut_from_own_text"] += 1
             for key in ("hard_negative_ctxs", "negative_ctxs"):
                 self.counts["negatives_not_in_corpus"] += sum(
                     self._passage(c) is None for c in ex.get(key) or []
                 )
 
+    def dropped_examples(self) -> dict[int, str]:
+        return dict(self._dropped)
+
     def _passage(self, ctx: dict) -> Passage | None:
-        return corpus_passage(self.passages, ctx, self.cfg["mined_sentences"])
+        return corpus_passage(self.passages, ctx, self.cfg["mined_sentences"], self.own)
 
     def _positive(self, ex: dict) -> tuple[Passage, list[int]] | None:
         """The positive passage and its answer-bearing sentences (DPR's answer matching)."""
@@ -345,14 +396,17 @@ class DCSR(Method):
         units = dist.gather(batch.slot_unit)
         if q.shape[0] == 0:
             zero = touch if touch is not None else q_local.sum()
-            return zero, {"loss": 0.0, "n_questions": 0.0, "correct": 0.0, "rank_sum": 0.0}
+            return zero, {"loss": 0.0, "n_questions": 0.0, "correct": 0.0, "rank_sum": 0.0,
+                          "passage_correct": 0.0, "passage_rank_sum": 0.0}  # fmt: skip
         with torch.autocast(q.device.type, enabled=False):
             scores = q @ s.T
         loss, sent_ranks = dpr_nll(scores, positive)
         if touch is not None:
             loss = loss + touch
-        # Validation and model selection rank passages, as retrieval does: the positive
-        # passage among the passages of the batch's candidate sentences, Score Normalization.
+        # Validation and checkpoint selection use the paper's measure (Appendix A, and the
+        # released code's "correct prediction ratio"): the positive sentence ranked first
+        # among the batch's candidate sentences. Beside it, as retrieval ranks: the positive
+        # passage among the passages of those sentences, by Score Normalization.
         ranks = scoring.positive_passage_ranks(
             scores.detach().double().cpu().numpy(),
             units.cpu().numpy(),
@@ -363,10 +417,10 @@ class DCSR(Method):
             "loss": float(loss.detach()),
             "n_questions": float(q.shape[0]),
             "n_sentences": float(s.shape[0]),
-            "correct": float((ranks == 1).sum()),
-            "rank_sum": float(ranks.sum()),
-            "sentence_correct": float((sent_ranks == 1).sum()),
-            "sentence_rank_sum": float(sent_ranks.sum()),
+            "correct": float((sent_ranks == 1).sum()),
+            "rank_sum": float(sent_ranks.sum()),
+            "passage_correct": float((ranks == 1).sum()),
+            "passage_rank_sum": float(ranks.sum()),
         }
         return loss, stats
 
@@ -388,8 +442,10 @@ class DCSR(Method):
                 "train_examples_with_positive_cut": len(self._cut_examples),
                 "sentences_per_passage": self.cfg["sentences_per_passage"],
                 "notes": {
-                    "dropped_no_answer_sentence": "positive passage has an answer, no single "
-                    "sentence does (it straddles a boundary): dropped, as DCSR's filter_data",
+                    "dropped_no_answer_sentence": DROP_NO_ANSWER_SENTENCE,
+                    "dropped_positive_not_in_corpus": DROP_NOT_IN_CORPUS,
+                    "*_cut_from_own_text": "passages the corpus lacks (another id or text), cut "
+                    "from their own text by the corpus's splitter (unmatched_passages: split)",
                     "train_*": "counted in every training batch drawn (all epochs)",
                 },
             }

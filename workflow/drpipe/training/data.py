@@ -64,41 +64,76 @@ def shard(batch: np.ndarray, rank: int, world_size: int) -> np.ndarray:
 
 def load_training_data(
     train_paths: Sequence[Path], val_paths: Sequence[Path], cfg: dict[str, Any]
-) -> tuple[list[dict], list[dict], dict[str, Any]]:
-    """(train, val, counts): the examples of ``train_paths``, validation from ``val_paths`` or
-    else a held-out ``val_fraction`` of them, and a ``max_examples`` sample when set."""
+) -> tuple[list[dict], list[dict], dict[str, Any], list[str]]:
+    """(train, val, counts, origins): the examples of ``train_paths``, validation from
+    ``val_paths`` or else a held-out ``val_fraction`` of them, a ``max_examples`` sample when
+    set, and the file each example of ``[*train, *val]`` was read from."""
     counts: dict[str, Any] = {"n_read": 0, "n_discarded_no_positive": 0}
     examples: list[dict] = []
+    files: list[str] = []
     for p in train_paths:
         ex, dropped = read_examples(p)
         examples += ex
+        files += [str(p)] * len(ex)
         counts["n_read"] += len(ex) + dropped
         counts["n_discarded_no_positive"] += dropped
         if dropped:
             log.warning("%s: discarded %d examples without a positive passage", p, dropped)
     seed = int(cfg["seed"])
     if val_paths:
-        val = []
+        val, val_files = [], []
         for p in val_paths:
             ex, dropped = read_examples(p)
             val += ex
+            val_files += [str(p)] * len(ex)
             counts["n_val_discarded_no_positive"] = (
                 counts.get("n_val_discarded_no_positive", 0) + dropped
             )
-        train = examples
+        train, train_files = examples, files
         counts["validation"] = "development files (all training examples are trained on)"
     else:
         tr_idx, val_idx = split_validation(len(examples), float(cfg["val_fraction"]), seed)
-        train = [examples[i] for i in tr_idx]
-        val = [examples[i] for i in val_idx]
+        train, train_files = [examples[i] for i in tr_idx], [files[i] for i in tr_idx]
+        val, val_files = [examples[i] for i in val_idx], [files[i] for i in val_idx]
         counts["validation"] = f"held-out {cfg['val_fraction']} of the training examples"
     if cfg["max_examples"] is not None and int(cfg["max_examples"]) < len(train):
         keep = np.sort(
             np.random.default_rng([seed, 11]).permutation(len(train))[: int(cfg["max_examples"])]
         )
         counts["n_not_sampled"] = len(train) - len(keep)
-        train = [train[i] for i in keep]
+        train, train_files = [train[i] for i in keep], [train_files[i] for i in keep]
     if not train:
         raise InputError(train_paths[0], None, "no training examples with a positive passage")
     counts["n_train"], counts["n_val"] = len(train), len(val)
-    return train, val, counts
+    return train, val, counts, [*train_files, *val_files]
+
+
+def check_dropped(
+    dropped: dict[int, str], origins: Sequence[str], limit: float, method: str
+) -> dict[str, dict[str, Any]]:
+    """Examples a method cannot use, per file: ``{file: {examples, dropped, fraction, causes}}``
+    (``origins[i]``: the file of example i). A file that loses more than ``limit`` of its
+    examples stops the run with an error naming the file, the count and each cause.
+
+    DPR's own filter (examples without a positive passage, DPR Table 1's "train" against
+    "train with gold passages") happens when the files are read and is counted there, not here.
+    """
+    per_file: dict[str, dict[str, Any]] = {}
+    for path in origins:
+        rec = per_file.setdefault(path, {"examples": 0, "dropped": 0, "causes": {}})
+        rec["examples"] += 1
+    for i, cause in dropped.items():
+        rec = per_file[origins[i]]
+        rec["dropped"] += 1
+        rec["causes"][cause] = rec["causes"].get(cause, 0) + 1
+    for path, rec in per_file.items():
+        rec["fraction"] = rec["dropped"] / max(rec["examples"], 1)
+        if rec["fraction"] > limit:
+            causes = "; ".join(f"{n} because: {why}" for why, n in sorted(rec["causes"].items()))
+            raise InputError(
+                path,
+                None,
+                f"method {method} cannot use {rec['dropped']} of its {rec['examples']} examples "
+                f"({rec['fraction']:.1%}, more than max_dropped_fraction {limit:g}): {causes}",
+            )
+    return per_file

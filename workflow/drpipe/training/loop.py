@@ -32,7 +32,7 @@ from drpipe.training.checkpoints import (
     save_checkpoint,
     set_rng_states,
 )
-from drpipe.training.data import epoch_batches, load_training_data, shard
+from drpipe.training.data import check_dropped, epoch_batches, load_training_data, shard
 from drpipe.training.distributed import default_threads, init_distributed, sum_gradients
 from drpipe.training.settings import resolve_cfg
 from drpipe.training.validation import validate
@@ -99,7 +99,7 @@ class Trainer:
         np.random.seed(seed + self.dctx.rank)
         torch.manual_seed(seed + self.dctx.rank)  # different dropout masks per rank, as in DDP
 
-        self.train, self.val, self.counts = load_training_data(
+        self.train, self.val, self.counts, origins = load_training_data(
             self.train_paths, self.val_paths, cfg
         )
         corpus = dict(corpus or {})
@@ -107,6 +107,11 @@ class Trainer:
         if missing:
             raise SystemExit(f"error: method {method_name} trains with --corpus {missing}")
         self.method.prepare(corpus, [*self.train, *self.val])
+        # Before any step: a run that would silently lose much of a file stops here.
+        self.counts["dropped_by_file"] = check_dropped(
+            self.method.dropped_examples(), origins, float(cfg["max_dropped_fraction"]),
+            method_name,
+        )  # fmt: skip
         self.model = build_model(cfg, self.method.special_tokens).to(self.device)
         self.model.method = {"name": method_name, "cfg": self.method.cfg}
         self.model.train()

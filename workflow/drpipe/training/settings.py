@@ -17,6 +17,9 @@ cfg keys (defaults in ``DEFAULTS``; the method's own keys in ``drpipe.methods.<n
 - ``bf16`` "auto" | "on" | "off": autocast (fp32 master weights)
 - ``grad_checkpointing`` (false); ``checkpoint_every`` (500 steps; plus every epoch end)
 - ``max_examples`` (null or int): train on a seeded sample of that many examples (DPR Fig. 1)
+- ``max_dropped_fraction`` (0.05): a run whose method cannot use more than this share of a
+  file's examples (DCSR: no answer sentence, a passage it cannot cut) stops with an error
+  naming the file, the count and the causes (every drop is counted in the report either way)
 - ``threads`` (null = this process's share of the cores); ``log_every`` (20 steps)
 - DPR: ``hard_negatives`` (1), ``negative_type`` "bm25" | "random" | "gold" | "none",
   ``in_batch`` (true), ``shuffle_positives`` (false), ``hard_negative_fallback`` (true),
@@ -51,6 +54,7 @@ DEFAULTS: dict[str, Any] = {
     "grad_checkpointing": False,
     "checkpoint_every": 500,
     "max_examples": None,
+    "max_dropped_fraction": 0.05,
     "threads": None,
     "log_every": 20,
 }

@@ -1,4 +1,12 @@
-"""Validation: mean loss and average rank of the positive over the validation examples."""
+"""Validation: mean loss, average rank and accuracy of the positive over the validation examples.
+
+A method's ``loss`` reports its validation measure as ``correct`` and ``rank_sum`` (the measure
+its paper's validation uses: DPR the positive passage among the batch's passages, DCSR the
+positive sentence among the batch's sentences); checkpoints are selected on it. Further pairs
+``<name>_correct`` / ``<name>_rank_sum``, one per name in the method's ``extra_measures``
+(DCSR: ``passage``), are reported beside it as
+``<name>_accuracy`` / ``<name>_avg_rank``.
+"""
 
 from __future__ import annotations
 
@@ -20,11 +28,15 @@ def validate(
     device: torch.device,
     bf16: bool,
 ) -> dict[str, float]:
-    """Mean loss and average rank of the positive over validation batches (sharded by rank).
-    The method is called with ``train=False``: validation never changes its state."""
+    """Mean loss, average rank and accuracy over validation batches (sharded by rank), and
+    any further measure the method reports. The method is called with ``train=False``:
+    validation never changes its state."""
     size = int(cfg["val_batch_size"] or cfg["batch_size"])
     ctx = CollateContext(model=model, seed=int(cfg["seed"]), epoch=0, sample=False, pool=val)
     sums = {"loss_sum": 0.0, "n_questions": 0.0, "rank_sum": 0.0, "correct": 0.0}
+    extra = tuple(method.extra_measures)  # declared: every rank reduces the same keys
+    for name in extra:
+        sums[f"{name}_correct"] = sums[f"{name}_rank_sum"] = 0.0
     was_training = model.training
     model.eval()
     local = DistContext()
@@ -36,15 +48,18 @@ def validate(
             batch = method.collate([(i, val[i]) for i in idx], ctx).to(device)
             _, stats = method.loss(model, batch, local, train=False)
             sums["loss_sum"] += stats["loss"] * stats["n_questions"]
-            sums["n_questions"] += stats["n_questions"]
-            sums["rank_sum"] += stats["rank_sum"]
-            sums["correct"] += stats["correct"]
+            for key in sums.keys() - {"loss_sum"}:
+                sums[key] += stats.get(key, 0.0)
     model.train(was_training)
     sums = all_reduce_sums(sums, dctx)
     n = max(sums["n_questions"], 1.0)
-    return {
+    out = {
         "loss": sums["loss_sum"] / n,
         "avg_rank": sums["rank_sum"] / n,
         "accuracy": sums["correct"] / n,
         "n_questions": int(sums["n_questions"]),
     }
+    for name in extra:
+        out[f"{name}_avg_rank"] = sums[f"{name}_rank_sum"] / n
+        out[f"{name}_accuracy"] = sums[f"{name}_correct"] / n
+    return out

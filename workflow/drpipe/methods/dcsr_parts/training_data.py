@@ -1,23 +1,36 @@
 """DCSR's training data: the passages examples name, cut into sentences as the corpus cuts them,
-the answer-bearing sentences of a positive passage, and the training batch."""
+the answer-bearing sentences of a positive passage, and the training batch.
+
+A passage of the examples is looked up in the corpus by its id, and used with the corpus's
+sentence spans when the corpus holds that id with the same text. A passage the corpus lacks
+(DPR's released training files name ``psgs_w100`` ids, while a corpus built from the dump
+numbers its own passages, so an id there is another passage or none) is cut from its own text
+by the splitter that cut the corpus (``corpus/sentences.report.json`` names it), as DCSR's
+released code cuts the training files' passages with the rule that cuts the index
+(``process_ctx.py``): the same text gets the same sentences either way. Its sentences get unit
+ids from its text (``SYNTHETIC_PID``), never the corpus passage that has its id.
+"""
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from drpipe.corpus.sentences import iter_sentence_groups
-from drpipe.io import iter_parquet
+from drpipe.corpus.sentences import iter_sentence_groups, make_splitter, tile
+from drpipe.errors import InputError
+from drpipe.io import iter_parquet, read_json
 from drpipe.methods.dcsr_parts.markers import MarkedBatch
 from drpipe.methods.dpr import passage_id
 from drpipe.qa.matching import has_answer
+from drpipe.qa.mining import CTX_LISTS
 
-# Passages without a corpus id (a foreign examples file) get ids from their text, above any
+# Passages the corpus lacks (a foreign examples file) get ids from their text, above any
 # real pid, so two questions sharing such a passage still share its sentences' units.
 SYNTHETIC_PID = 1 << 40
 
@@ -68,7 +81,7 @@ def sentence_spans(
     name (the CRC tells an example's passage text from a different one under the same pid)."""
     wanted: set[int] = set()
     for ex in examples:
-        for key in ("positive_ctxs", "hard_negative_ctxs", "negative_ctxs"):
+        for key in CTX_LISTS:
             wanted.update(p for p in map(passage_id, ex.get(key) or []) if p >= 0)
     crcs: dict[int, int] = {}
     wanted_arr = np.fromiter(wanted, np.int64, len(wanted))
@@ -85,17 +98,56 @@ def sentence_spans(
     }
 
 
+def in_corpus(spans: dict[int, tuple[int, list[tuple[int, int]]]], ctx: dict) -> bool:
+    """Whether the corpus holds the ctx's id with the ctx's text."""
+    known = spans.get(passage_id(ctx))
+    return known is not None and known[0] == zlib.crc32(ctx["text"].encode("utf-8"))
+
+
+def own_text_spans(
+    spans: dict[int, tuple[int, list[tuple[int, int]]]],
+    examples: Sequence[dict],
+    sentences_report: str | Path,
+) -> dict[str, list[tuple[int, int]]]:
+    """text -> sentence spans of every passage of the examples that the corpus lacks, cut by
+    the splitter the corpus's sentence table was cut with (named in its report)."""
+    texts: dict[str, None] = {}  # in order of first appearance: a deterministic split
+    for ex in examples:
+        for key in CTX_LISTS:
+            for ctx in ex.get(key) or []:
+                if not in_corpus(spans, ctx):
+                    texts.setdefault(ctx["text"])
+    if not texts:
+        return {}
+    report = read_json(sentences_report)
+    if "splitter" not in report:
+        raise InputError(sentences_report, None, "no 'splitter': not a sentence-table report")
+    split = make_splitter(report["splitter"], report.get("model"))
+    order = list(texts)
+    out: dict[str, list[tuple[int, int]]] = {}
+    for i, text, starts in split((t, i) for i, t in enumerate(order)):
+        out[order[i]] = tile(len(text), starts)
+    return out
+
+
 def corpus_passage(
-    spans: dict[int, tuple[int, list[tuple[int, int]]]], ctx: dict, mined_sentences: bool
+    spans: dict[int, tuple[int, list[tuple[int, int]]]],
+    ctx: dict,
+    mined_sentences: bool,
+    own: dict[str, list[tuple[int, int]]] | None = None,
 ) -> Passage | None:
-    """The ctx with the corpus's sentence spans, or None when the corpus lacks its text."""
+    """The ctx with the corpus's sentence spans; else (the corpus lacks its id or its text)
+    with the spans of its own text in ``own``; else None."""
     text = ctx["text"]
-    pid = passage_id(ctx)
-    known = spans.get(pid)
-    if known is None or known[0] != zlib.crc32(text.encode("utf-8")):
-        return None
-    mined = ctx.get("sentence") if mined_sentences else None
-    return Passage(pid, ctx.get("title") or "", text, known[1], mined)
+    if in_corpus(spans, ctx):
+        mined = ctx.get("sentence") if mined_sentences else None
+        return Passage(passage_id(ctx), ctx.get("title") or "", text, spans[passage_id(ctx)][1],
+                       mined)  # fmt: skip
+    if own is not None and text in own:
+        # pid -1: its units get ids from its text. A mined sentence number counts the corpus
+        # passage's sentences, which this is not.
+        return Passage(-1, ctx.get("title") or "", text, own[text], None)
+    return None
 
 
 def answer_sentences(psg: Passage, ex: dict) -> list[int]:
