@@ -75,3 +75,33 @@ def test_tables_3_and_6_plan_at_paper_scale(work):
     assert "results/subsets/n1050000/metrics/dcsr/squad/triviaqa-test.json" in outputs(
         jobs, "subset_evaluate"
     )
+
+
+def _train_files(proc, model: str) -> list[str]:
+    """The --train files of the planned job that writes ``model`` (its shell command)."""
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if line.startswith("Shell command: drpipe train ") and f"--out {model} " in line:
+            files = line.split("--train ", 1)[1].split(" --", 1)[0].split()
+            return sorted(f.rsplit("/", 1)[-1] for f in files)
+    raise AssertionError(f"no train job for {model}")
+
+
+def test_multi_rows_train_on_each_papers_multi_set_at_paper_scale(work):
+    """DCSR 4.2 trains its Multi model on NQ + TriviaQA + SQuAD; DPR's (and xMoCo's) Multi set
+    is NQ + TriviaQA + WQ + TREC. Both Table 2s plan each paper's own Multi model."""
+    proc = snakemake(work, "-n", "results/table2.csv", "results/dcsr/table2.csv",
+                     overlay={"scale": "paper"})  # fmt: skip
+    dcsr = ["biencoder-nq-train.json.gz", "biencoder-squad1-train.json.gz",
+            "biencoder-trivia-train.json.gz"]  # fmt: skip
+    dpr = ["biencoder-curatedtrec-train.json.gz", "biencoder-nq-train.json.gz",
+           "biencoder-trivia-train.json.gz", "biencoder-webquestions-train.json.gz"]  # fmt: skip
+    assert _train_files(proc, "results/models/dcsr/dcsr_multi") == dcsr
+    assert _train_files(proc, "results/models/dpr/multi") == dpr
+    assert _train_files(proc, "results/models/xmoco/multi") == dpr
+    assert "--out results/models/dcsr/multi " not in proc.stdout + proc.stderr
+    jobs = planned_jobs(work, "results/dcsr/table2.csv", overlay={"scale": "paper"})
+    evaluated = outputs(jobs, "evaluate")
+    # DCSR's Table 2: its datasets (tables.dcsr.table2), DCSR's Multi model beside DPR's.
+    assert {"results/metrics/dcsr/dcsr_multi/squad-test.json",
+            "results/metrics/dpr/multi/squad-test.json"} <= evaluated  # fmt: skip
+    assert not any("/wq-" in m or "/trec-" in m for m in evaluated)

@@ -429,3 +429,38 @@ def test_table2_notes_say_where_the_setup_differs_beside_each_row(tmp_path):
     text = md.read_text()
     assert "two fields, text and title" in text and "lambda fixed at 1.1" in text
     assert "dev biencoder files" in text and "not a reproduction gap" not in text
+
+
+def test_table2_multi_rows_of_different_sets_say_so(tmp_path):
+    """DCSR's Multi model trains on NQ + TriviaQA + SQuAD, DPR's on its own Multi set: the Multi
+    rows carry a note naming each set; Single rows and tables with one Multi set do not."""
+    runs = [("dpr", "squad"), ("dpr", "multi"), ("dcsr", "squad"), ("dcsr", "dcsr_multi")]
+    paths = []
+    for i, (run, ts) in enumerate(runs):
+        paths.append(tmp_path / f"m{i}.json")
+        paths[-1].write_text(json.dumps(metric(run, ts, split="test")))
+    out, md = tmp_path / "table2.csv", tmp_path / "table2.md"
+    argv = ["tables", "table2", "--metrics", *map(str, paths), "--out", str(out), "--md", str(md)]
+    row_map = {**ROW_MAP, "dcsr": {"method": "DCSR", "paper": "dcsr"}}
+    sets = {"squad": ["squad"], "multi": ["nq", "triviaqa", "wq", "trec"],
+            "dcsr_multi": ["nq", "triviaqa", "squad"]}  # fmt: skip
+    setup = {**SETUP, "multi_sets": {k: sets[k] for k in ("multi", "dcsr_multi")},
+             "validation": {"squad": "dev", "multi": "dev", "dcsr_multi": "dev"}}  # fmt: skip
+    cfg = {"scale": "paper", "row_map": row_map, "train_sets": sets, "setup": setup}
+    assert run_cli([*argv, "--cfg", json.dumps(cfg)]) == 0
+    frame = pd.read_csv(out)
+    notes = {(r.training, r.method): r.notes for r in frame.itertuples()}
+    assert "multi" in notes["Multi", "DPR"].split("; ")
+    assert "multi" in notes["Multi", "DCSR"].split("; ")
+    assert "multi" not in notes["Single", "DCSR"].split("; ")
+    assert frame.set_index(["training", "method"]).loc[("Multi", "DCSR"), "train_set"] == (
+        "dcsr_multi"
+    )
+    text = md.read_text()
+    assert "dcsr_multi = nq + triviaqa + squad" in text
+    assert "multi = nq + triviaqa + wq + trec" in text
+    # One Multi set in the table: no such note.
+    setup["multi_sets"] = {"multi": sets["multi"]}
+    cfg = {"scale": "paper", "row_map": row_map, "train_sets": sets, "setup": setup}
+    assert run_cli([*argv[:3], *map(str, paths[:2]), *argv[-4:], "--cfg", json.dumps(cfg)]) == 0
+    assert not any("multi" in str(n).split("; ") for n in pd.read_csv(out)["notes"])

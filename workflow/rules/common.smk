@@ -380,6 +380,15 @@ def metrics_file(run, train_set, dataset, split):
     return f"results/metrics/{run}/{train_set}/{dataset}-{split}.json"
 
 
+def multi_train_set(method):
+    """The train set of a method's Multi rows: the Multi set of the paper that lists the method
+    (`tables.<paper>.multi`: DCSR trains on NQ + TriviaQA + SQuAD), else `tables.multi` (DPR's
+    NQ + TriviaQA + WQ + TREC); None: no Multi rows."""
+    key = paper_of_run(method)
+    own = (C["tables"].get(key) or {}).get("multi") if key else None
+    return own or C["tables"]["multi"]
+
+
 def table2_runs():
     """(run, train_set, dataset, training label, row label) of every Table 2 cell we compute."""
     t = C["tables"]
@@ -390,8 +399,8 @@ def table2_runs():
         for method in t["methods"]:
             cls = method_class(method)
             settings = [("Single", t["single"].get(dataset))]
-            if t["multi"]:
-                settings.append(("Multi", t["multi"]))
+            if multi_train_set(method):
+                settings.append(("Multi", multi_train_set(method)))
             for training, train_set in settings:
                 if train_set is None:
                     continue
@@ -453,6 +462,12 @@ def table2_setup():
         "training": {
             m: {k: train_setting(m, k) for k in ("epochs", "batch_size")}
             for m in methods
+        },
+        # Each paper's own Multi set (the notes say so when they differ).
+        "multi_sets": {
+            ts: C["train_sets"][ts]
+            for _, ts, _, training, _ in table2_runs()
+            if training == "Multi"
         },
         # A train set with dev files selects on them (val_set_files); else the held-out fraction.
         "validation": {

@@ -170,10 +170,15 @@ def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any)
     setup = cfg.get("setup")
     if setup is not None:
         columns.append("notes")
+    multi_sets = {
+        ts for (_, training, _), row in rows.items() if training == "Multi"
+        for ts in row["_train_sets"]
+    }  # fmt: skip
     records = []
     for (protocol, training, label), row in rows.items():
         cite = row.pop("_cite")
-        kinds = row.pop("_kinds")
+        kinds = row.pop("_kinds") | ({"multi"} if training == "Multi" and len(multi_sets) > 1
+                                     else set())  # fmt: skip
         if setup is not None:
             row["notes"] = "; ".join(note_keys(kinds, scale))
         source = REPRODUCED + (f" | paper: {cite}" if row.pop("_paper") else "")

@@ -15,7 +15,8 @@ from drpipe.tables.compare import PAPER_SCALE
 # the notes that apply to it (CSV column "notes"); the markdown prints their text, written
 # from the run's own config ("setup" in the table's --cfg).
 # "paper": a row whose method no paper lists (it has no paper value).
-NOTE_ORDER = ("scale", "bm25", "hybrid", "training", "validation", "paper")
+# "multi": a Multi row of a table whose Multi rows train on more than one set (each paper's own).
+NOTE_ORDER = ("scale", "bm25", "hybrid", "training", "multi", "validation", "paper")
 
 
 def row_kinds(run: str, train_set: str | None) -> set[str]:
@@ -38,7 +39,8 @@ def note_keys(kinds: Iterable[str], scale: str) -> list[str]:
 def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
     """Text of each note from the run's config: ``encoder`` (init), ``bm25_fields``,
     ``field_weights``, ``hybrid_lambda``, ``hybrid_grid``, ``training`` (method -> epochs,
-    batch_size) and ``validation`` (train set -> ``dev`` or the held-out fraction)."""
+    batch_size), ``multi_sets`` (train set of Multi rows -> its datasets) and ``validation``
+    (train set -> ``dev`` or the held-out fraction)."""
     notes: dict[str, str] = {}
     if scale != PAPER_SCALE:
         notes["scale"] = (
@@ -84,6 +86,16 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
             "WebQuestions and CuratedTREC) with batch 128 on 8 GPUs."
             if scale != "paper"
             else f"Training: {ours}."
+        )
+    multi = setup.get("multi_sets") or {}
+    if len(multi) > 1:
+        sets = "; ".join(f"{ts} = {' + '.join(ds)}" for ts, ds in sorted(multi.items()))
+        notes["multi"] = (
+            f"The Multi rows do not share one training set: each paper's Multi model trains on "
+            f"that paper's Multi set, as the paper beside it did (column Train set): {sets}. "
+            "DPR and xMoCo combine NQ, TriviaQA, WebQuestions and CuratedTREC; DCSR (its "
+            "section 4.2) NQ, TriviaQA and SQuAD. Multi rows of different sets are not a "
+            "like-for-like comparison."
         )
     validation = setup.get("validation") or {}
     held = {ts: v for ts, v in validation.items() if v != "dev"}

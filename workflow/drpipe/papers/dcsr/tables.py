@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 # How source columns name the paper ("paper: Wu et al. 2022 (DCSR), Table 4").
 PAPER = "Wu et al. 2022 (DCSR)"
 TITLES = {
-    "2": "Table 2: retriever comparison on the test sets (DPR and DCSR trained identically)",
+    "2": "Table 2: retriever comparison on the test sets (Single: DPR and DCSR trained on the "
+    "same data)",
     "3": "Table 3: with adversarial training (hard negatives mined by the trained model)",
     "4": "Table 4: negative sampling ablation (Single setting)",
     "5": "Table 5: training data ablation (raw-data, DPR-hard, DCSR-hard negatives)",
