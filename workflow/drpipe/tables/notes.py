@@ -15,7 +15,8 @@ from drpipe.tables.compare import PAPER_SCALE
 # the notes that apply to it (CSV column "notes"); the markdown prints their text, written
 # from the run's own config ("setup" in the table's --cfg).
 # "paper": a row whose method no paper lists (it has no paper value).
-NOTE_ORDER = ("scale", "bm25", "hybrid", "training", "validation", "paper")
+# "precision": a row whose training or encoding recorded a precision (drpipe.tables.precision).
+NOTE_ORDER = ("scale", "bm25", "hybrid", "training", "validation", "precision", "paper")
 
 
 def row_kinds(run: str, train_set: str | None) -> set[str]:
