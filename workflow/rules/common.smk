@@ -438,7 +438,10 @@ def precision_sources(run, train_set, dataset, split):
     run = run.split("+")[0]
     out = {
         "corpus": f"results/embeddings/{run}/{train_set}",
-        "queries": [qvec_file(run, train_set, dataset, split).removesuffix(".npy") + ".report.json"],
+        "queries": [
+            qvec_file(run, train_set, dataset, split).removesuffix(".npy")
+            + ".report.json"
+        ],
     }
     if not run.startswith("init"):
         out["training"] = [f"results/models/{run}/{train_set}.report.json"]
