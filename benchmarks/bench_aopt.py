@@ -113,21 +113,22 @@ def encoding_pass(
     import pyarrow.parquet as pq
 
     from drpipe.encode import encode_shard
-    from drpipe.encoders import encode_texts, select_device, use_bf16
+    from drpipe.encoders import encode_texts, resolve_precision, select_device
     from drpipe.io import write_parquet
     from drpipe.qa.datasets import read_questions
 
     bi = model_dir(tmp / "model", init)
     write_parquet(tmp / "sample.parquet", pq.read_table(passages).slice(0, n_encode))
-    cfg = {"batch_size": 64, "bf16": "auto", "block_size": 4096}
+    cfg = {"batch_size": 64, "precision": "auto", "block_size": 4096}
     t0 = time.perf_counter()
     encode_shard(tmp / "model", tmp / "sample.parquet", 0, 1, tmp / "s.npy", cfg, model=bi)
     seconds = time.perf_counter() - t0
     pnorm = float(np.linalg.norm(np.load(tmp / "s.npy"), axis=1).mean())
     qs = [q["question"] for q in read_questions(questions)[:n_encode]]
     device = select_device()
-    qv = encode_texts(bi.query.to(device), bi.tokenizer, qs, batch_size=128, max_length=64,
-                      bf16=use_bf16("auto", device), device=device)  # fmt: skip
+    precision = resolve_precision("auto", device).path  # as encode_shard resolves it above
+    qv = encode_texts(bi.for_inference(precision).query.to(device), bi.tokenizer, qs,
+                      batch_size=128, max_length=64, bf16=precision == "bf16", device=device)  # fmt: skip
     return {
         "sample_passages": n_encode,
         "sample_seconds": round(seconds, 2),
@@ -273,7 +274,7 @@ def main() -> None:
     smoke.add_args(parser, OUT)
     args = smoke.parse_args(parser)
     size = SMOKE if args.smoke else Sizes()
-    from drpipe.encoders import select_device, use_bf16
+    from drpipe.encoders import resolve_precision, select_device
     from drpipe.io import write_json
     from drpipe.qa.datasets import read_questions
 
@@ -281,7 +282,7 @@ def main() -> None:
         "machine": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
-            "bf16": use_bf16("auto", select_device()),
+            "precision": resolve_precision("auto", select_device()).report(),
             "load_average_at_start": os.getloadavg(),
         },  # fmt: skip
         "cfg": CFG,

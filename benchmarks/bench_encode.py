@@ -1,4 +1,5 @@
-"""Passage encoding: throughput of ``drpipe.encode`` against a plain HF loop, and peak memory.
+"""Passage encoding: throughput of ``drpipe.encode`` against a plain HF loop, peak memory, and
+the speed and agreement of each precision path (fp32, bf16, int8) against the plain fp32 loop.
 
 Run: ``python benchmarks/bench_encode.py [--smoke] [--out FILE]`` (env ``DATA_MIRROR`` as for
 the tests). Writes ``results/benchmarks/encode.json``. ``--smoke``: a few passages, a tiny BERT.
@@ -16,6 +17,14 @@ Model: the packaged all-MiniLM-L6-v2 (mean pooling), loaded once before timing.
    ``ru_maxrss``, which Linux carries over from this (large) parent across fork+exec. Block
    size 1,024 so both sizes run several blocks; max length 32 to keep the run short (memory
    per block, not per corpus, is what is measured).
+3. Precision paths: passages/s of ``encode_shard`` at each precision (``fp32``, ``bf16``
+   autocast, ``int8`` dynamic quantization) divided by the plain fp32 loop's, all in the same
+   run on the same passages, rounds alternating, medians; and each path's cosine to the plain
+   fp32 vectors (min and mean). The CPU flags that ``precision: auto`` decides by are printed,
+   with the path it picks here; the last line reads ``best / fp32: R (path)``. Compare the
+   best path with ``drpipe.encoders.AUTO_RULES`` (and with the accuracy bound there) before
+   changing what ``auto`` picks on this kind of CPU. Timings mean something only on a quiet
+   machine.
 
 The maximum passage length is the model's (``drpipe_encoder.json``, as ``drpipe train``
 writes it), not an encoding setting: each part gets a model directory with its own.
@@ -51,6 +60,9 @@ RESULT_LINES = (
     r"round 0: pipeline [\d.]+ s, plain HF [\d.]+ s",
     r"passages: peak RSS \d+ MiB",
     r'"ratio_pipeline_over_plain": [\d.]+',
+    r"cpu flags: .*; auto picks \w+",
+    r"(fp32|bf16|int8): [\d.]+ passages/s, [\d.]+ x plain fp32, min cosine [\d.]+",
+    r"best / fp32: [\d.]+ \((fp32|bf16|int8)\)$",
 )
 
 
@@ -58,11 +70,13 @@ RESULT_LINES = (
 class Sizes:
     n_speed: int = 512
     rounds: int = 2
+    n_paths: int = 384
+    path_rounds: int = 3
     mem_sizes: tuple[int, int] = (2000, 8000)
     mem_block: int = 1024
 
 
-SMOKE = Sizes(n_speed=16, rounds=1, mem_sizes=(32, 128), mem_block=16)
+SMOKE = Sizes(n_speed=16, rounds=1, mem_sizes=(32, 128), mem_block=16, n_paths=16, path_rounds=1)
 
 
 def squad_passages(n: int) -> pa.Table:
@@ -95,11 +109,13 @@ def model_dir(path: Path, init: str, max_passage_len: int):
     return bi
 
 
-def plain_hf(bi, titles: list[str], texts: list[str], bf16: bool) -> np.ndarray:
-    """The baseline: a plain loop in corpus order, as one would write it without the pipeline."""
+def plain_hf(bi, titles: list[str], texts: list[str], precision: str) -> np.ndarray:
+    """The baseline: a plain loop in corpus order, as one would write it without the pipeline
+    (at ``precision``: bf16 autocast, or the int8-quantized model)."""
     import torch
 
-    model, tok = bi.passage.model.eval(), bi.tokenizer
+    bf16 = precision == "bf16"
+    model, tok = bi.for_inference(precision).passage.model.eval(), bi.tokenizer
     out = []
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         for lo in range(0, len(texts), BATCH):
@@ -146,12 +162,18 @@ def main() -> None:
     args = smoke.parse_args(parser)
     size = SMOKE if args.smoke else Sizes()
     from drpipe.encode import encode_shard
-    from drpipe.encoders import select_device, use_bf16
+    from drpipe.encoders import cpu_flags, resolve_precision, select_device
     from drpipe.io import write_json, write_parquet
 
-    bf16 = use_bf16("auto", select_device())
+    auto = resolve_precision("auto", select_device())
     result: dict = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "bf16": bf16},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "cpu_flags": sorted(cpu_flags()),
+            "auto": auto.report(),
+            "load_average_at_start": os.getloadavg(),
+        },  # fmt: skip
         "model": INIT,
         "smoke": args.smoke,
     }
@@ -169,11 +191,11 @@ def main() -> None:
         speed = table.slice(0, size.n_speed)
         write_parquet(tmp / "speed.parquet", speed)
         titles, texts = speed.column("title").to_pylist(), speed.column("text").to_pylist()
-        cfg = {"batch_size": BATCH, "bf16": "auto", "block_size": 4096}
+        cfg = {"batch_size": BATCH, "precision": auto.path, "block_size": 4096}
         pipe_s, base_s = [], []
         for r in range(size.rounds):
             t0 = time.perf_counter()
-            base = plain_hf(bi, titles, texts, bf16)
+            base = plain_hf(bi, titles, texts, auto.path)
             base_s.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             encode_shard(tmp / "model", tmp / "speed.parquet", 0, 1, tmp / "s.npy", cfg, model=bi)
@@ -189,6 +211,7 @@ def main() -> None:
             "passages": size.n_speed,
             "max_passage_len": MAX_LEN,
             "batch_size": BATCH,
+            "precision": auto.path,
             "rounds": size.rounds,
             "pipeline_seconds": pipe_s,
             "plain_hf_seconds": base_s,
@@ -219,8 +242,65 @@ def main() -> None:
             "max_passage_len": MEM_MAX_LEN,
             f"ratio_{size.mem_sizes[1]}_over_{size.mem_sizes[0]}": round(hi / lo, 3),
         }
+
+        # 3. precision paths against the plain fp32 loop
+        result["precision_paths"] = precision_paths(bi, table.slice(0, size.n_paths), size, tmp)
+    result["machine"]["load_average_at_end"] = os.getloadavg()
     write_json(args.out, result)
     print(json.dumps(result, indent=2))
+    print(f"cpu flags: {', '.join(sorted(cpu_flags())) or 'none'}; auto picks {auto.path} "
+          f"({auto.reason})")  # fmt: skip
+    paths = result["precision_paths"]["paths"]
+    for name, p in paths.items():
+        print(f"{name}: {p['passages_per_s']} passages/s, {p['ratio_over_plain_fp32']} x plain "
+              f"fp32, min cosine {p['min_cosine_vs_fp32']:.4f}")  # fmt: skip
+    best = max(paths, key=lambda name: paths[name]["ratio_over_plain_fp32"])
+    print(f"best / fp32: {paths[best]['ratio_over_plain_fp32']:.2f} ({best})")
+
+
+def precision_paths(bi, table: pa.Table, size: Sizes, tmp: Path) -> dict:
+    """Passages/s of ``encode_shard`` at each precision over the plain fp32 loop's, and cosine
+    agreement with its vectors; rounds alternate between all of them, medians are kept."""
+    from drpipe.encode import encode_shard
+    from drpipe.encoders import PRECISIONS
+    from drpipe.io import write_parquet
+
+    write_parquet(tmp / "paths.parquet", table)
+    titles, texts = table.column("title").to_pylist(), table.column("text").to_pylist()
+    n = len(texts)
+    seconds: dict[str, list[float]] = {"plain_fp32": [], **{p: [] for p in PRECISIONS}}
+    vectors: dict[str, np.ndarray] = {}
+    # int8 quantizes a copy of the model once per call; that cost is part of its time.
+    for r in range(size.path_rounds):
+        for name in seconds:
+            t0 = time.perf_counter()
+            if name == "plain_fp32":
+                vectors[name] = plain_hf(bi, titles, texts, "fp32")
+            else:
+                cfg = {"batch_size": BATCH, "precision": name, "block_size": 4096}
+                out = tmp / f"path-{name}.npy"
+                encode_shard(tmp / "model", tmp / "paths.parquet", 0, 1, out, cfg, model=bi)
+                vectors[name] = np.load(out)
+            seconds[name].append(time.perf_counter() - t0)
+        print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in seconds.items()),
+              flush=True)  # fmt: skip
+    ref = vectors["plain_fp32"]
+    base_pps = n / statistics.median(seconds["plain_fp32"])
+    paths = {}
+    for name in PRECISIONS:
+        v = vectors[name]
+        cos = (v * ref).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(ref, axis=1)
+        pps = n / statistics.median(seconds[name])
+        paths[name] = {
+            "seconds": seconds[name],
+            "passages_per_s": round(pps, 2),
+            "ratio_over_plain_fp32": round(pps / base_pps, 3),
+            "min_cosine_vs_fp32": float(cos.min()),
+            "mean_cosine_vs_fp32": float(cos.mean()),
+        }
+    return {"passages": n, "max_passage_len": MAX_LEN, "batch_size": BATCH,
+            "rounds": size.path_rounds, "plain_fp32_seconds": seconds["plain_fp32"],
+            "plain_fp32_passages_per_s": round(base_pps, 2), "paths": paths}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -130,7 +130,7 @@ def main() -> None:
             bi.query, bi.tokenizer, [q[1] for q in qs], batch_size=128, max_length=MAX_LEN,
             bf16=False, device="cpu",
         )  # fmt: skip
-        qcfg = {"batch_size": 128, "bf16": "auto"}
+        qcfg = {"batch_size": 128, "precision": "auto"}
         rcfg = {"top_k": TOP_K}
         for kind in ("flat", "hnsw"):
             index_path = tmp / f"{kind}.faiss"

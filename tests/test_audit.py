@@ -330,3 +330,51 @@ def test_dry_run_parsing_explains_params_changes():
     params = job["reasons"][0]
     assert params["config"] == ["lr: 2e-05 -> 3e-05"]
     assert params["code"] == {"before": ["abcdefabcdefabcd"], "now": ["1234123412341234"]}
+
+
+def _stamp(work: Path, precision: str, flags: list[str]) -> None:
+    """Make the fetch step's record say it ran in ``precision`` on a CPU with ``flags``, as a
+    training or encoding report does."""
+    path = work / "results/data/records/src/in.txt.json"
+    rec = json.loads(path.read_text())
+    rec |= {"precision": precision, "environment": {"cpu": {"model": "X", "flags": flags}}}
+    path.write_text(json.dumps(rec))
+
+
+def test_cell_differences_are_attributed_to_precision_and_cpu_flags(run_a, tmp_path):
+    a = _copy(run_a, tmp_path / "bf16")
+    b = _copy(run_a, tmp_path / "fp32")
+    _stamp(a, "bf16", ["avx2", "avx512_bf16"])
+    _stamp(b, "fp32", ["avx2"])
+    # The same run on the other machine: DPR's top-1 moves in the second decimal.
+    path = b / "results/metrics/dpr/none/ds-test.json"
+    m = json.loads(path.read_text())
+    m["top_k"]["1"] += 0.13
+    path.write_text(json.dumps(m))
+    table = b / "results/table.csv"
+    frame = pd.read_csv(table)
+    frame.loc[frame["method"] == "DPR", "ds_top1"] += 0.13
+    frame.to_csv(table, index=False, float_format="%.2f")
+    cmp = compare_runs(a / "results", b / "results")
+    cells = {(c["row"], c["column"]): c for c in cmp["tables"]["results/table.csv"]["differences"]}
+    cell = cells[("DPR", "ds_top1")]
+    assert cell["metrics"] == "results/metrics/dpr/none/ds-test.json"
+    assert cell["environment_causes"] == [
+        "precision differs: bf16 vs fp32 (fetch x1)",
+        "CPU flags differ (only in a: avx512_bf16)",
+    ]
+    assert ("BM25", "ds_top1") not in cells
+    text = render_markdown(audit(a / "results", against=b / "results", staleness_args=None))
+    assert "precision differs: bf16 vs fp32 (fetch x1); CPU flags differ" in text
+    assert "| results/table.csv | DPR | ds_top1 |" in text
+
+
+def test_descriptive_text_columns_do_not_split_rows(tmp_path):
+    from drpipe.audit.filediff import compare_tables
+
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    pd.DataFrame({"method": ["DPR"], "top1": [51.08], "precision": ["training bf16"]}).to_csv(a)
+    pd.DataFrame({"method": ["DPR"], "top1": [50.95], "precision": ["training fp32"]}).to_csv(b)
+    cells = {c["column"]: c for c in compare_tables(a, b, TOLERANCE)}
+    assert cells["precision"]["status"] == "different" and cells["top1"]["status"] == "different"
+    assert cells["top1"]["index_a"] == 0 and cells["precision"]["row"].startswith("DPR")

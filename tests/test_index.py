@@ -53,7 +53,7 @@ def real(tmp_path_factory, data_mirror):
     for side in ("query", "passage"):
         (model_dir / side).symlink_to(resolve_init(init), target_is_directory=True)
     (model_dir / META_FILE).write_text(json.dumps(bi.meta()))
-    cfg = {"batch_size": 128, "bf16": "off", "block_size": 1000}
+    cfg = {"batch_size": 128, "precision": "fp32", "block_size": 1000}
     encode_shard(model_dir, d / "passages.parquet", 0, 1, d / "all.npy", cfg, model=bi)
     step = len(questions) // N_QUERIES
     queries = encode_texts(

@@ -27,8 +27,8 @@ from drpipe.runs import RUN_SCHEMA, read_run
 
 N_ARTICLES = 3
 N_QUESTIONS = 30
-ENC = {"batch_size": 32, "bf16": "off", "block_size": 48}
-QENC = {"batch_size": 64, "bf16": "off"}
+ENC = {"batch_size": 32, "precision": "fp32", "block_size": 48}
+QENC = {"batch_size": 64, "precision": "fp32"}
 RET = {"top_k": 20}
 # Maximum lengths live in the model directory's metadata (the one place they are read from).
 MAX_QUERY_LEN, MAX_PASSAGE_LEN = 48, 128
@@ -261,10 +261,10 @@ def test_bf16_and_float16_close_to_fp32(corpus, model, tmp_path):
     cfg = ENC
     encode_shard(model_dir, small, 0, 1, tmp_path / "fp32.npy", cfg, model=bi)
     rep = encode_shard(
-        model_dir, small, 0, 1, tmp_path / "bf16.npy", {**cfg, "bf16": "on", "dtype": "float16"},
+        model_dir, small, 0, 1, tmp_path / "bf16.npy", {**cfg, "precision": "bf16", "dtype": "float16"},
         model=bi,
     )  # fmt: skip
-    assert rep["bf16"] is True
+    assert rep["precision"] == "bf16" and rep["precision_setting"] == "bf16"
     ref, low = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "bf16.npy")
     assert low.dtype == np.float16
     low = low.astype(np.float32)

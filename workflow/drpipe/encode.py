@@ -13,7 +13,11 @@ ever visible. Maximum lengths come from the model's own metadata.
 the qids in table order), so that retrieval, the hybrid and AOpt can run from stored vectors
 without loading a model.
 
-Batch and block sizes change no vector (checked by a test) and are passed outside ``--cfg``.
+Batch and block sizes change no vector (checked by a test) and are passed outside ``--cfg``
+(except at precision int8, whose activations are quantized per batch).
+
+``precision`` (fp32 | bf16 | int8 | auto, ``drpipe.encoders.resolve_precision``): the path of
+the forward pass; the path that ran, the setting and why are in every report.
 """
 
 from __future__ import annotations
@@ -41,12 +45,12 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CFG: dict[str, Any] = {
     "batch_size": 64,
-    "bf16": "auto",
+    "precision": "auto",
     "dtype": "float32",
     "block_size": 4096,
     "threads": None,
 }
-DEFAULT_QUERY_CFG: dict[str, Any] = {"batch_size": 128, "bf16": "auto", "threads": None}
+DEFAULT_QUERY_CFG: dict[str, Any] = {"batch_size": 128, "precision": "auto", "threads": None}
 DTYPES = {"float32": np.float32, "float16": np.float16}
 RUNTIME = ("batch_size", "block_size")  # change no vector
 
@@ -62,7 +66,12 @@ def merged_cfg(cfg: dict[str, Any], defaults: dict[str, Any] = DEFAULT_CFG) -> d
     unknown = set(cfg) - set(defaults)
     if unknown:
         raise SystemExit(f"error: --cfg has unknown keys {sorted(unknown)}")
+    from drpipe.encoders import PRECISION_SETTINGS  # lazy: imports torch (see encode_shard)
+
     out = {**defaults, **cfg}
+    if str(out["precision"]).lower() not in PRECISION_SETTINGS:
+        raise SystemExit(f"error: --cfg.precision must be one of {list(PRECISION_SETTINGS)}, "
+                         f"not {out['precision']!r}")  # fmt: skip
     if "dtype" in out and out["dtype"] not in DTYPES:
         raise SystemExit(
             f"error: --cfg.dtype must be one of {sorted(DTYPES)}, not {out['dtype']!r}"
@@ -177,7 +186,7 @@ def encode_shard(
     tests and benchmarks); by default it is loaded from ``model_dir``. Returns a report dict.
     """
     # lazy: these import torch (~1 s at CLI start-up, which imports this module)
-    from drpipe.encoders import BiEncoder, select_device, use_bf16
+    from drpipe.encoders import BiEncoder, resolve_precision, select_device
     from drpipe.methods import get_method
     from drpipe.methods.base import CorpusBlock, EncodeSettings
 
@@ -192,16 +201,18 @@ def encode_shard(
     if method.corpus_units == "sentences" and sentences is None:
         raise SystemExit(f"error: method {method.name} encodes sentences: give --sentences")
     device = select_device()
+    precision = resolve_precision(cfg["precision"], device)
+    model = model.for_inference(precision.path)
     settings = EncodeSettings(
-        batch_size=int(cfg["batch_size"]), bf16=use_bf16(cfg["bf16"], device), device=device
+        batch_size=int(cfg["batch_size"]), bf16=precision.path == "bf16", device=device
     )
     dtype = DTYPES[cfg["dtype"]]
     dim = int(model.passage.model.config.hidden_size)
     log.info(
         "encoding passages %d..%d (shard %d/%d, %d rows) of %s as %s of method %s on %s, "
-        "bf16=%s, max_len=%d -> %s",
+        "precision %s (%s), max_len=%d -> %s",
         start, stop, shard, num_shards, n, passages, method.corpus_units, method.name, device,
-        settings.bf16, model.max_passage_len, out,
+        precision.path, precision.reason, model.max_passage_len, out,
     )  # fmt: skip
 
     t0 = time.perf_counter()
@@ -250,7 +261,7 @@ def encode_shard(
         "n_empty_text": n_empty,
         "dim": dim,
         "dtype": cfg["dtype"],
-        "bf16": settings.bf16,
+        **precision.report(),
         "device": str(device),
         "max_passage_len": model.max_passage_len,
         "seconds": round(seconds, 3),
@@ -272,7 +283,7 @@ def encode_queries(
     """Question vectors of a question table -> ``out`` (float32) and ``out``'s ``.ids.npy``
     (qids, in table order)."""
     # lazy: imports torch (~1 s at CLI start-up, which imports this module)
-    from drpipe.encoders import BiEncoder, encode_texts, select_device, use_bf16
+    from drpipe.encoders import BiEncoder, encode_texts, resolve_precision, select_device
 
     cfg = merged_cfg(cfg, DEFAULT_QUERY_CFG)
     set_threads(cfg["threads"])
@@ -280,11 +291,13 @@ def encode_queries(
     qids = np.array([str(q["qid"]) for q in rows])
     model = model if model is not None else BiEncoder.load(model_dir)
     device = select_device()
+    precision = resolve_precision(cfg["precision"], device)
+    model = model.for_inference(precision.path)
     t0 = time.perf_counter()
     vecs = encode_texts(
         model.query.to(device), model.tokenizer, [q["question"] for q in rows],
         batch_size=int(cfg["batch_size"]), max_length=model.max_query_len,
-        bf16=use_bf16(cfg["bf16"], device), device=device,
+        bf16=precision.path == "bf16", device=device,
     )  # fmt: skip
     seconds = time.perf_counter() - t0
     with atomic_path(out) as tmp_vec, atomic_path(ids_path_for(out)) as tmp_ids:
@@ -292,9 +305,11 @@ def encode_queries(
             np.save(fh, vecs)
         with open(tmp_ids, "wb") as fh:
             np.save(fh, qids)
-    log.info("encoded %d questions in %.1f s -> %s", len(qids), seconds, out)
+    log.info("encoded %d questions in %.1f s, precision %s (%s) -> %s",
+             len(qids), seconds, precision.path, precision.reason, out)  # fmt: skip
     return {"questions": str(questions), "n_questions": len(qids), "dim": int(vecs.shape[1]),
-            "max_query_len": model.max_query_len, "seconds": round(seconds, 3)}  # fmt: skip
+            "max_query_len": model.max_query_len, **precision.report(), "device": str(device),
+            "seconds": round(seconds, 3)}  # fmt: skip
 
 
 def read_query_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:

@@ -8,18 +8,28 @@ them from), and the method that trained it (name and its cfg), which says how th
 used: which corpus units get vectors and how retrieved units become passages. Queries are tokenised alone; passages as
 the pair (title, text), i.e. ``[CLS] title [SEP] text [SEP]`` as in DPR.
 
-``bf16`` settings: ``"on"``, ``"off"`` or ``"auto"`` (on for CUDA devices with bf16 support and
-for CPUs with AMX or AVX512-BF16; autocast keeps fp32 master weights).
+``bf16`` settings (training): ``"on"``, ``"off"`` or ``"auto"`` (on for CUDA devices with bf16
+support and for CPUs with AMX or AVX512-BF16; autocast keeps fp32 master weights).
+
+``precision`` settings (forward-only passes: corpus and question encoding, reader inference):
+``"fp32"``, ``"bf16"`` (autocast), ``"int8"`` (PyTorch dynamic quantization of the Linear
+layers, per output channel; CPU only) or ``"auto"``: on CUDA bf16 where supported, on a CPU the
+path ``AUTO_RULES`` names for its flags (the fastest that ``benchmarks/bench_encode.py``
+measured on that kind of CPU among the paths within the accuracy bound, ``AUTO_PATHS``).
+``resolve_precision`` says which path and why; every encoding report records both.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.util
 import json
 import logging
 import os
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,23 +77,105 @@ def select_device() -> torch.device:
     return torch.device("cpu")
 
 
+# Precision paths of a forward-only pass, and the setting that picks one by the machine.
+PRECISIONS = ("fp32", "bf16", "int8")
+PRECISION_SETTINGS = (*PRECISIONS, "auto")
+# Paths within the accuracy bound (top-20 and top-100 within 0.2 points of fp32 on the `squad`
+# scale, issue 20), the only ones `auto` may pick. bf16: vectors at cosine >= 0.9999 to fp32
+# (MiniLM, real passages; tests/test_precision.py). int8 is left out until its top-k cost is
+# measured on the squad scale: its vectors agree at a minimum cosine of about 0.93-0.97.
+AUTO_PATHS = ("bf16", "fp32")
+# What `auto` picks on a CPU, first matching rule wins: (kind of CPU, any of these
+# /proc/cpuinfo flags, the paths by measured speed, fastest first). Measured with MiniLM on
+# real passages (docs: ENVIRONMENT.md; benchmarks/bench_encode.py prints the figures of the
+# machine it runs on and whether this table's choice is that machine's best).
+AUTO_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("amx", ("amx_bf16",), ("bf16", "fp32")),  # bf16 autocast 2.5x fp32
+    # fp32 19, bf16 35, int8 33-39 passages/s: int8 and bf16 tie, bf16 is the accurate one.
+    ("avx512_bf16", ("avx512_bf16",), ("int8", "bf16", "fp32")),
+    # AVX-512 without bf16: bf16 autocast 3.2x slower than fp32; int8 (VNNI) not measured yet.
+    ("vnni", ("avx512_vnni", "avx_vnni"), ("fp32", "bf16")),
+    ("other", (), ("fp32",)),
+)
+
+
 @functools.cache
-def cpu_has_fast_bf16() -> bool:
+def cpu_flags() -> frozenset[str]:
+    """This CPU's flags that decide a precision path: the ones the environment record keeps
+    (``drpipe.environment.CPU_FLAGS``, from /proc/cpuinfo), else torch's view of them."""
+    from drpipe.environment import cpu_info
+
+    flags = set(cpu_info()["flags"])
+    if not flags:  # no /proc/cpuinfo (not Linux): torch's capability probe
+        try:
+            caps = torch.cpu.get_capabilities()
+            flags = {k for k in ("amx_bf16", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx2")
+                     if caps.get(k)}  # fmt: skip
+        except (AttributeError, RuntimeError):
+            pass
+    return frozenset(flags)
+
+
+def cpu_has_fast_bf16(flags: Iterable[str] | None = None) -> bool:
     """True when the CPU has bf16 matrix instructions (AMX or AVX512-BF16)."""
-    try:
-        caps = torch.cpu.get_capabilities()
-        return bool(caps.get("amx_bf16") or caps.get("avx512_bf16"))
-    except (AttributeError, RuntimeError):
-        pass
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
+    flags = cpu_flags() if flags is None else set(flags)
     return "amx_bf16" in flags or "avx512_bf16" in flags
 
 
+def cpu_kind(flags: Iterable[str]) -> tuple[str, tuple[str, ...]]:
+    """The ``AUTO_RULES`` entry these CPU flags match: (kind, paths fastest first)."""
+    have = set(flags)
+    for kind, need, ranked in AUTO_RULES:
+        if not need or have & set(need):
+            return kind, ranked
+    raise AssertionError("AUTO_RULES ends with a rule that matches every CPU")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A resolved precision: the path that runs, the setting that chose it, and why."""
+
+    path: str
+    setting: str
+    reason: str
+
+    def report(self) -> dict[str, str]:
+        return {"precision": self.path, "precision_setting": self.setting,
+                "precision_reason": self.reason}  # fmt: skip
+
+
+def resolve_precision(
+    setting: str, device: torch.device | str, flags: Iterable[str] | None = None
+) -> Precision:
+    """The forward-pass path for ``setting`` (fp32 | bf16 | int8 | auto) on ``device``.
+
+    ``flags``: the CPU flags to decide by (default: this CPU's, ``cpu_flags()``; tests fake
+    them). int8 is dynamic quantization, which PyTorch runs on CPUs only: asking for it on a
+    GPU is an error; ``auto`` never picks it there.
+    """
+    device = torch.device(device)
+    setting = str(setting).lower()
+    if setting not in PRECISION_SETTINGS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISION_SETTINGS)}, "
+                         f"not {setting!r}")  # fmt: skip
+    if setting == "int8" and device.type != "cpu":
+        raise ValueError(f"precision int8 (dynamic quantization) runs on CPUs only, not on "
+                         f"{device}: use bf16 or fp32 there")  # fmt: skip
+    if setting != "auto":
+        return Precision(setting, setting, "as configured")
+    if device.type == "cuda":
+        ok = torch.cuda.is_bf16_supported()
+        return Precision("bf16" if ok else "fp32", setting,
+                         f"auto on {device}: bf16 {'supported' if ok else 'not supported'}")  # fmt: skip
+    flags = cpu_flags() if flags is None else frozenset(flags)
+    kind, ranked = cpu_kind(flags)
+    path = next((p for p in ranked if p in AUTO_PATHS), "fp32")
+    named = ", ".join(sorted(f for f in flags if f in {f for r in AUTO_RULES for f in r[1]}))
+    return Precision(path, setting, f"auto on a CPU of kind {kind} (flags: {named or 'none'})")
+
+
 def use_bf16(setting: str | bool, device: torch.device | str) -> bool:
-    """Resolve a ``bf16`` setting ("auto" | "on" | "off", or a bool) for ``device``."""
+    """Resolve a training ``bf16`` setting ("auto" | "on" | "off", or a bool) for ``device``."""
     device = torch.device(device)
     if isinstance(setting, bool):
         return setting
@@ -97,6 +189,25 @@ def use_bf16(setting: str | bool, device: torch.device | str) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     return device.type == "cpu" and cpu_has_fast_bf16()
+
+
+def quantize_int8(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` whose Linear layers are dynamically quantized to int8 (weights per
+    output channel, activations per batch at run time), for inference on a CPU. Per-channel
+    weights: per-tensor ones measured a minimum cosine to fp32 of 0.89 on MiniLM, per-channel
+    0.93-0.97 (real passages). Activations are quantized per batch, so an int8 vector depends
+    slightly on the batch it was encoded in (fp32 and bf16 ones do not)."""
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():
+        # torch.ao's eager quantization warns that it is deprecated in favour of torchao
+        # (not installed here); the API is what torch 2.x ships and tests exercise.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        return quantize_dynamic(
+            copy.deepcopy(module).eval(), {nn.Linear: per_channel_dynamic_qconfig},
+            dtype=torch.qint8,
+        )  # fmt: skip
 
 
 def autocast(device: torch.device, enabled: bool):
@@ -318,6 +429,19 @@ class BiEncoder(nn.Module):
         model.method = meta.get("method") or model.method
         return model
 
+    def for_inference(self, precision: str) -> BiEncoder:
+        """This model as a forward pass of ``precision`` runs it: itself for fp32 and bf16
+        (autocast is applied around the pass), an int8-quantized copy for int8 (ties kept;
+        this model is left as it is)."""
+        if precision != "int8":
+            return self
+        query = Encoder(quantize_int8(self.query.model), self.pooling)
+        passage = None if self.tied else Encoder(quantize_int8(self.passage.model), self.pooling)
+        out = BiEncoder(query, passage, self.tokenizer, max_query_len=self.max_query_len,
+                        max_passage_len=self.max_passage_len, init=self.init)  # fmt: skip
+        out.method = self.method
+        return out
+
     def tokenize_queries(self, questions: Sequence[str]) -> dict[str, torch.Tensor]:
         return tokenize_queries(self.tokenizer, questions, self.max_query_len)
 
@@ -325,6 +449,14 @@ class BiEncoder(nn.Module):
         self, titles: Sequence[str], texts: Sequence[str]
     ) -> dict[str, torch.Tensor]:
         return tokenize_passages(self.tokenizer, titles, texts, self.max_passage_len)
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    """A tokenised batch on ``device``: on CUDA through pinned memory, copied asynchronously
+    (the copy overlaps the previous batch's compute); on a CPU the tensors themselves."""
+    if device.type != "cuda":
+        return {k: v.to(device) for k, v in batch.items()}
+    return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
 
 
 def encode_texts(
@@ -363,7 +495,7 @@ def encode_texts(
                     batch = tokenize_queries(tokenizer, first, max_length)
                 else:
                     batch = tokenize_passages(tokenizer, first, [pairs[i] for i in idx], max_length)
-                vecs = encoder({k: v.to(device) for k, v in batch.items()}).float().cpu().numpy()
+                vecs = encoder(to_device(batch, device)).float().cpu().numpy()
                 if out is None:
                     out = np.empty((n, vecs.shape[1]), dtype=np.float32)
                 out[idx] = vecs

@@ -435,6 +435,50 @@ def table2_row_map():
     return rows
 
 
+def precision_sources(run, train_set, dataset, split):
+    """Where the reports are that say in which precision a cell was made (see
+    drpipe.tables.precision): its training (none for BM25 and the initial encoder), the
+    folder of its corpus shard reports, its question encoding; a hybrid or AOpt run's are those
+    of the dense run it starts from."""
+    if run == "bm25":
+        return {}
+    for hook in RUN_REPORT_HOOKS:
+        found = hook(run, train_set, dataset)
+        if found:
+            run = found[1]
+    run = run.split("+")[0]
+    out = {
+        "corpus": f"results/embeddings/{run}/{train_set}",
+        "queries": [
+            qvec_file(run, train_set, dataset, split).removesuffix(".npy")
+            + ".report.json"
+        ],
+    }
+    if not run.startswith("init"):
+        out["training"] = [f"results/models/{run}/{train_set}.report.json"]
+    return out
+
+
+def table2_precision():
+    """Per Table 2 cell, where its precision reports are (drpipe.tables.precision)."""
+    split = C["tables"]["split"]
+    return {
+        f"{run}|{ts}|{d}": precision_sources(run, ts, d, split)
+        for run, ts, d, _, _ in table2_runs()
+        if run != "bm25"
+    }
+
+
+def table2_reports():
+    """The report files behind table2_precision (inputs of the Table 2 rule)."""
+    files = set()
+    for roles in table2_precision().values():
+        files.update(roles.get("training", []), roles["queries"])
+        shards = range(C["encode"]["shards"])
+        files.update(f"{roles['corpus']}/shard-{i}.report.json" for i in shards)
+    return sorted(files)
+
+
 def table2_code():
     """Code hash of Table 2: its module and the papers whose numbers sit beside its rows."""
     keys = {v["paper"] for v in table2_row_map().values() if v["paper"]}

@@ -4,7 +4,8 @@
 
 rule table2:
     input:
-        table2_inputs(),
+        metrics=table2_inputs(),
+        reports=table2_reports(),
     output:
         csv=report(
             "results/table2.csv",
@@ -27,12 +28,13 @@ rule table2:
                 "row_map": table2_row_map(),
                 "train_sets": C["train_sets"],
                 "setup": table2_setup(),
+                "precision": table2_precision(),
             }
         ),
         code=table2_code(),
     shell:
-        "drpipe tables table2 --metrics {input:q} --out {output.csv:q} --md {output.md:q}"
-        " --cfg {params.cfg:q} 2> {log:q}"
+        "drpipe tables table2 --metrics {input.metrics:q} --reports {input.reports:q}"
+        " --out {output.csv:q} --md {output.md:q} --cfg {params.cfg:q} 2> {log:q}"
 
 
 rule provenance:

@@ -1,6 +1,8 @@
 """One results folder against another: every file and every table cell, and for a difference
-the first step where the two lineages diverge (config, code, inputs, environment) and the first
-step whose outputs differ."""
+the first step where the two lineages diverge (config, code, inputs, environment), the first
+step whose outputs differ, and the environment differences behind it that the steps recorded
+(the precision a step ran in, the CPU flags that an ``auto`` precision follows); a differing
+table cell carries those of the metrics file it was computed from."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from drpipe.audit.cells import table_cells
 from drpipe.audit.filediff import SAME, TOLERANCE, compare_file, compare_tables, worst
 from drpipe.audit.lineage import Lineage
 from drpipe.audit.metadata import config_diff, literal
@@ -42,6 +45,62 @@ def _env_of(step: dict, run_env: dict | None) -> dict | None:
     return {k: v for k, v in env.items() if k not in drop}
 
 
+def _precisions(step: dict) -> list[str]:
+    """The precisions a step's reports record (training and encoding reports say one)."""
+    out = []
+    for report in step["reports"].values():
+        if isinstance(report, dict) and ("precision" in report or "bf16" in report):
+            out.append(str(report.get("precision") or ("bf16" if report["bf16"] else "fp32")))
+    return sorted(set(out))
+
+
+def _cpu(env: dict | None) -> tuple[str | None, set[str]]:
+    cpu = (env or {}).get("cpu") or {}
+    return cpu.get("model"), set(cpu.get("flags") or [])
+
+
+def environment_causes(
+    pairs: Iterable[tuple[dict, dict]], env_a: dict | None, env_b: dict | None
+) -> list[str]:
+    """What differs between two runs' recorded environments along a lineage, in words:
+    ``precision differs: bf16 vs fp32 (train x1, encode x2)``, then the CPU (flags, model),
+    from the steps' own environment records, else the runs' (``pairs``: step summaries a, b).
+    """
+    by_values: dict[tuple[str, str], list[str]] = defaultdict(list)
+    flags: list[tuple[str | None, set[str], str | None, set[str]]] = []
+    for sa, sb in pairs:
+        pa, pb = _precisions(sa), _precisions(sb)
+        if pa and pb and pa != pb:
+            by_values["/".join(pa), "/".join(pb)].append(sa["rule"])
+        ma, fa = _cpu(_env_of(sa, env_a))
+        mb, fb = _cpu(_env_of(sb, env_b))
+        if (ma, fa) != (mb, fb):
+            flags.append((ma, fa, mb, fb))
+    if not flags:
+        ma, fa = _cpu(_env_of({}, env_a))
+        mb, fb = _cpu(_env_of({}, env_b))
+        if (ma, fa) != (mb, fb):
+            flags.append((ma, fa, mb, fb))
+    causes = []
+    for (a, b), rules in by_values.items():
+        steps = ", ".join(f"{r} x{rules.count(r)}" for r in sorted(set(rules)))
+        causes.append(f"precision differs: {a} vs {b} ({steps})")
+    seen = set()
+    for ma, fa, mb, fb in flags:
+        parts = []
+        if fa != fb:
+            only = [f"only in a: {', '.join(sorted(fa - fb))}" if fa - fb else "",
+                    f"only in b: {', '.join(sorted(fb - fa))}" if fb - fa else ""]  # fmt: skip
+            parts.append("CPU flags differ (" + "; ".join(p for p in only if p) + ")")
+        if ma != mb:
+            parts.append(f"CPU model differs: {ma} vs {mb}")
+        text = "; ".join(parts)
+        if text not in seen:
+            seen.add(text)
+            causes.append(text)
+    return causes
+
+
 def divergence(
     path: str,
     la: Lineage,
@@ -55,6 +114,7 @@ def divergence(
     jobs_b = {j.id: j for j in lb.upstream([path])}
     lineage_split = None
     output_split = None
+    pairs = []
     for job_id, ja in jobs_a.items():
         jb = jobs_b.get(job_id)
         if jb is None:
@@ -62,6 +122,7 @@ def divergence(
                                               "kind": "inputs", "detail": "not in the other run"}  # fmt: skip
             continue
         sa, sb = step_summary(la, ja), step_summary(lb, jb)
+        pairs.append((sa, sb))
         kind, detail = None, ""
         if ja.cfg != jb.cfg or [p for p in ja.params if literal(p) != ja.code] != [
             p for p in jb.params if literal(p) != jb.code
@@ -93,7 +154,31 @@ def divergence(
                 "status": worst(outs),
                 "same_config_code_inputs_environment": kind is None,
             }
-    return {"lineage_diverges_at": lineage_split, "outputs_first_differ_at": output_split}
+    return {
+        "lineage_diverges_at": lineage_split,
+        "outputs_first_differ_at": output_split,
+        "environment_causes": environment_causes(pairs, env_a, env_b),
+    }
+
+
+def _attribute(cells: list[dict], table: str, la: Lineage, diverging: dict[str, dict]) -> None:
+    """Give each differing cell the environment causes of the metrics file it was computed
+    from (``drpipe.audit.cells``), else those of the table file."""
+    job = la.job_of(table)
+    source = {}
+    if job is not None:
+        try:
+            source = {(c["row"], c["column"]): c["metrics"] for c in table_cells(la, job, table)}
+        except (OSError, ValueError, KeyError):
+            source = {}  # a table the cell matcher cannot read: the file's causes below
+    file_causes = (diverging.get(table) or {}).get("environment_causes", [])
+    for cell in cells:
+        metrics = source.get((cell.get("index_a"), cell["column"]))
+        if metrics and metrics in diverging:
+            cell["metrics"] = metrics
+            cell["environment_causes"] = diverging[metrics]["environment_causes"]
+        else:
+            cell["environment_causes"] = file_causes
 
 
 def _statuses_under(path: str, file_status: dict[str, str]) -> list[str]:
@@ -122,20 +207,23 @@ def compare_runs(results_a: Path, results_b: Path, tol: dict | None = None) -> d
             st, detail = compare_file(results_a.parent / rel, other, tol, rel)
         status[rel] = st
         files.append({"path": rel, "status": st, "detail": detail})
-    tables = {}
-    for rel in sorted(fa & fb):
-        if rel.endswith(".csv") and not rel.startswith(f"{results_a.name}/audit/"):
-            cells = compare_tables(results_a.parent / rel, results_b / Path(rel).relative_to(results_a.name), tol)  # fmt: skip
-            tables[rel] = {
-                "cells": len(cells),
-                "status_counts": counts(c["status"] for c in cells),
-                "differences": [c for c in cells if c["status"] != "identical"][:50],
-            }
     env_a, env_b = run_environment(results_a), run_environment(results_b)
     diverging = {}
     for entry in files:
         if entry["status"] in ("different", "within_tolerance"):
             diverging[entry["path"]] = divergence(entry["path"], la, lb, status, env_a, env_b)
+    tables = {}
+    for rel in sorted(fa & fb):
+        if rel.endswith(".csv") and not rel.startswith(f"{results_a.name}/audit/"):
+            cells = compare_tables(results_a.parent / rel, results_b / Path(rel).relative_to(results_a.name), tol)  # fmt: skip
+            differences = [c for c in cells if c["status"] != "identical"][:50]
+            _attribute(differences, rel, la, diverging)
+            tables[rel] = {
+                "cells": len(cells),
+                "status_counts": counts(c["status"] for c in cells),
+                "differences": differences,
+                "environment_causes": (diverging.get(rel) or {}).get("environment_causes", []),
+            }
     return {
         "a": str(results_a),
         "b": str(results_b),

@@ -188,20 +188,28 @@ def compare_file(a: Path, b: Path, tol: dict, rel: str = "") -> tuple[str, str]:
     return "different", "bytes differ"
 
 
+# Text columns that describe a row rather than name it (they may differ between two runs of
+# the same row: the precision a machine picked), compared as values, never used as row keys.
+DESCRIPTIVE_COLUMNS = ("notes", "precision")
+
+
 def compare_tables(a: Path, b: Path, tol: dict) -> list[dict[str, Any]]:
-    """Cell-by-cell comparison of two versions of one table (rows keyed by text columns)."""
+    """Cell-by-cell comparison of two versions of one table (rows keyed by text columns; a
+    cell's ``index_a`` is its row's position in ``a``, None for a row only in ``b``)."""
     fa, fb = pd.read_csv(a), pd.read_csv(b)
-    keys = [c for c in fa.columns if not pd.api.types.is_numeric_dtype(fa[c])]
+    keys = [c for c in fa.columns
+            if not pd.api.types.is_numeric_dtype(fa[c]) and c not in DESCRIPTIVE_COLUMNS]  # fmt: skip
     keys = [c for c in keys if c in fb.columns]
     # Rows sharing their text columns (a figure's points) are told apart by their order.
     fa, fb = fa.copy(), fb.copy()
     for frame in (fa, fb):
         frame["#"] = frame.groupby(keys, dropna=False).cumcount() if keys else range(len(frame))
     keys.append("#")
+    fa["#pos"] = range(len(fa))
     ia, ib = fa.set_index(keys), fb.set_index(keys)
     cells = []
-    values = [c for c in fa.columns if c not in keys and not (fa[c].isna().all() and c in fb
-              and fb[c].isna().all())]  # fmt: skip
+    values = [c for c in fa.columns if c not in keys and c != "#pos" and not (fa[c].isna().all()
+              and c in fb and fb[c].isna().all())]  # fmt: skip
     for idx in ia.index.union(ib.index, sort=False):
         for col in values:
             va = ia[col].get(idx) if idx in ia.index and col in ia.columns else None
@@ -222,8 +230,9 @@ def compare_tables(a: Path, b: Path, tol: dict) -> list[dict[str, Any]]:
                     status = "within_tolerance" if ok else "different"
                 else:
                     status = "different"
+            pos = ia["#pos"].get(idx) if idx in ia.index else None
             cells.append({"row": _key_text(idx), "column": col, "a": _num(va), "b": _num(vb),
-                          "status": status})  # fmt: skip
+                          "status": status, "index_a": _num(pos)})  # fmt: skip
     return cells
 
 

@@ -182,7 +182,23 @@ def render_against(ag: dict[str, Any]) -> list[str]:
     for table, info in ag["tables"].items():
         counts = ", ".join(f"{k}: {v}" for k, v in info["status_counts"].items())
         out += [f"- `{table}`: {info['cells']} cells ({counts})"]
+        if info.get("environment_causes"):
+            out += [
+                f"  - environment differences behind it: {'; '.join(info['environment_causes'])}"
+            ]
     out += [""]
+    attributed = [
+        [table, c["row"], c["column"], c["a"], c["b"], "; ".join(c["environment_causes"])]
+        for table, info in ag["tables"].items()
+        for c in info["differences"]
+        if c.get("environment_causes")
+    ]
+    if attributed:
+        out += ["Differing cells and the environment differences recorded behind them "
+                "(the precision its steps ran in, the CPU):", ""]  # fmt: skip
+        out += _md_table(["Table", "Row", "Column", "a", "b", "Environment differences"],
+                         attributed[:40])  # fmt: skip
+        out += [""]
     notable = [f for f in ag["files"] if f["status"] not in ("identical",)]
     if notable:
         out += _md_table(

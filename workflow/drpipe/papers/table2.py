@@ -32,6 +32,7 @@ from drpipe.tables.compare import (
 from drpipe.tables.metrics import KS, read_metrics
 from drpipe.tables.notes import NOTE_ORDER, note_keys, row_kinds, setup_notes
 from drpipe.tables.output import md_table, write_csv, write_text
+from drpipe.tables.precision import cell_key, precision_note, read_precision, row_precision
 from drpipe.tables.protocols import PROTOCOL_ORDER
 from drpipe.tables.rows import (
     DEFAULT_SPLIT_EQUIV,
@@ -97,7 +98,9 @@ def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any)
     | "Multi"}``; without ``training`` it is Single when the train set has one dataset and Multi
     when it has several (``train_sets`` in cfg may name sets: ``{"multi": ["nq", ...]}``).
     ``split_equiv`` (default: squad dev = the paper's squad test) says which of our splits are
-    the paper's test sets; only those get a paper value.
+    the paper's test sets; only those get a paper value. ``precision``: per cell
+    (``drpipe.tables.precision.cell_key``) the reports of its training and encoding, as
+    ``read_precision`` returns them; each row then gets a ``precision`` column (and the note).
 
     A ``row_map`` entry names the ``paper`` whose numbers sit beside it (a registered paper;
     absent or null: none, and the row says so in its notes) and may carry a ``protocol``
@@ -108,6 +111,7 @@ def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any)
     """
     named = cfg.get("train_sets", {})
     equiv = cfg.get("split_equiv", DEFAULT_SPLIT_EQUIV)
+    precision = cfg.get("precision")
     order = row_order()
     tables: dict[tuple[str, str], pd.DataFrame] = {}
 
@@ -133,8 +137,12 @@ def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any)
         seen[cell] = m
         row = rows.setdefault(
             (protocol, training, label),
-            {"_train_sets": [], "_paper": False, "_cite": None, "_kinds": set()},
-        )
+            {"_train_sets": [], "_paper": False, "_cite": None, "_kinds": set(),
+             "_precision": []},
+        )  # fmt: skip
+        if precision is not None:
+            key = cell_key(m["method"], m["train_set"], m["dataset"])
+            row["_precision"].append(precision.get(key, {}))
         key = row_map[m["method"]].get("paper")
         row["_kinds"] |= row_kinds(m["method"], m["train_set"]) | (
             {"paper"} if key is None else set()
@@ -174,11 +182,17 @@ def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any)
         ts for (_, training, _), row in rows.items() if training == "Multi"
         for ts in row["_train_sets"]
     }  # fmt: skip
+    if precision is not None:
+        columns.append("precision")
     records = []
     for (protocol, training, label), row in rows.items():
         cite = row.pop("_cite")
         kinds = row.pop("_kinds") | ({"multi"} if training == "Multi" and len(multi_sets) > 1
                                      else set())  # fmt: skip
+        cells = row.pop("_precision")
+        if precision is not None:
+            row["precision"] = row_precision(cells)
+            kinds |= {"precision"} if row["precision"] else set()
         if setup is not None:
             row["notes"] = "; ".join(note_keys(kinds, scale))
         source = REPRODUCED + (f" | paper: {cite}" if row.pop("_paper") else "")
@@ -238,7 +252,7 @@ def table2_markdown(frame: pd.DataFrame, scale: str, notes: dict[str, str] | Non
                 if k in with_paper:
                     row += [r[f"{d}_top{k}_paper"], *comparison_cell(r, f"{d}_top{k}")]
             if show_notes:
-                row.append(r["notes"])
+                row.append(_notes_cell(r))
             (oracle_rows if protocols[i] == ORACLE else rows).append(row)
     evaluated = ", ".join(
         sorted(
@@ -296,6 +310,13 @@ def table2_markdown(frame: pd.DataFrame, scale: str, notes: dict[str, str] | Non
     return text
 
 
+def _notes_cell(row: pd.Series) -> str:
+    """The row's note keys, its precision spelled out beside the key."""
+    keys = str(row["notes"]).split("; ") if pd.notna(row["notes"]) else []
+    text = row.get("precision")
+    return "; ".join(f"precision: {text}" if k == "precision" and text else k for k in keys)
+
+
 def _other_papers(frame: pd.DataFrame) -> list[str]:
     """A line naming the rows whose paper value comes from their own method's paper."""
     cites = [
@@ -318,11 +339,15 @@ def _cmd_table2(args: argparse.Namespace) -> int:
     scale = need(cfg, "scale")
     row_map = need(cfg, "row_map")
     extra = {k: cfg[k] for k in ("train_sets", "split_equiv", "setup") if k in cfg}
+    if "precision" in cfg:
+        extra["precision"] = read_precision(cfg["precision"], args.reports)
     frame = table2(read_metrics(args.metrics), scale, row_map, **extra)
     frame = comparable(frame, scale, groups=["protocol"], tolerance=cfg.get("tolerance"))
     write_csv(frame, args.out)
     if args.md:
         notes = setup_notes(cfg["setup"], scale) if "setup" in cfg else None
+        if notes is not None and "precision" in extra:
+            notes["precision"] = precision_note(extra["precision"].values())
         write_text(table2_markdown(frame, scale, notes), args.md)
     log.info("table2: %d rows from %d metrics files -> %s", len(frame), len(args.metrics), args.out)
     return 0
@@ -330,4 +355,6 @@ def _cmd_table2(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     group = command_group(sub, "tables", "results tables: reproduced vs paper numbers")
-    add_table_command(group, "table2", _cmd_table2, "Table 2 (top-k accuracy per dataset)")
+    p = add_table_command(group, "table2", _cmd_table2, "Table 2 (top-k accuracy per dataset)")
+    p.add_argument("--reports", nargs="*", default=[],
+                   help="training and encoding reports (cfg.precision says whose)")  # fmt: skip

@@ -16,7 +16,8 @@ from drpipe.tables.compare import PAPER_SCALE
 # from the run's own config ("setup" in the table's --cfg).
 # "paper": a row whose method no paper lists (it has no paper value).
 # "multi": a Multi row of a table whose Multi rows train on more than one set (each paper's own).
-NOTE_ORDER = ("scale", "bm25", "hybrid", "training", "multi", "validation", "paper")
+# "precision": a row whose training or encoding recorded a precision (drpipe.tables.precision).
+NOTE_ORDER = ("scale", "bm25", "hybrid", "training", "multi", "validation", "precision", "paper")
 
 
 def row_kinds(run: str, train_set: str | None) -> set[str]:

@@ -320,6 +320,9 @@ class Trainer:
             "seconds": time.perf_counter() - self.t_start,
             "device": str(self.device),
             "bf16": self.bf16,
+            # Training precision in the words encoding reports use (Table 2's notes read both).
+            "precision": "bf16" if self.bf16 else "fp32",
+            "precision_setting": str(self.cfg["bf16"]),
             "threads": self.threads,
             "world_size": self.dctx.world_size,
             "resumed_from_step": self.resumed_from,
