@@ -55,8 +55,10 @@ def tiny_dpr_run(shared_tmp, data_mirror) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_dpr_rerun(shared_tmp, data_mirror) -> Path:
-    """The same DPR run built again, independently, in another directory."""
-    return runs.once(shared_tmp, "tiny-dpr-again", runs.build_dpr_run)
+    """The same DPR run built again, independently, in another directory (Table 2's jobs)."""
+    return runs.once(
+        shared_tmp, "tiny-dpr-again", lambda work: runs.build_dpr_run(work, runs.RERUN_TARGETS)
+    )
 
 
 @pytest.fixture(scope="session")

@@ -3,9 +3,12 @@
 - The SLURM profile plans the paper-scale DAG (every method of tables.methods, all five
   datasets) in at most ten seconds.
 - A fake SLURM (``tests/fake_slurm``: sbatch, squeue, sacct, scancel, srun, ... first on PATH)
-  runs the jobs that the real snakemake-executor-plugin-slurm submits for a tiny real DAG; the
-  test checks the resources each job was submitted with against the profile, kills one running
-  job with the fake ``scancel`` and checks that it is resubmitted and the workflow completes.
+  runs the jobs that the real snakemake-executor-plugin-slurm submits for a tiny real DAG (a
+  copy of the session's tiny DPR run, its mining forced to rerun: one CPU job and every GPU
+  rule from training to retrieval); the test checks the resources each job was submitted with
+  against the profile, kills one running job with the fake ``scancel`` and checks that it is
+  resubmitted and the workflow completes. That every rule, CPU or GPU, carries its profile
+  resources is checked on the paper-scale plan above.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tiny_run import DPR_OVERLAY, copy_run
 
 from drpipe.config import resolve
 from drpipe.methods import method_class
@@ -126,35 +130,8 @@ def test_paper_scale_plan_has_every_method_on_all_five_datasets_quickly(tmp_path
 
 # --------------------------------------------------------------------------- fake SLURM
 
-TINY = {
-    "corpus": {
-        "documents": [
-            {"name": "squad_dev", "kind": "squad", "source": "squad_dev", "sample_articles": 2},
-            {"name": "squad_train", "kind": "squad", "source": "squad_train", "sample_articles": 1},
-        ],
-    },
-    "qa": {
-        "squad": {
-            "train": {
-                "format": "squad",
-                "source": "squad_train",
-                "sample": 24,
-                "restrict_to_corpus": True,
-            },
-            "test": {
-                "format": "squad",
-                "source": "squad_dev",
-                "sample": 30,
-                "restrict_to_corpus": True,
-            },
-        }  # fmt: skip
-    },
-    "mining": {"hard_negatives": 2, "random_negatives": 2},
-    "encoder": {"max_passage_len": 96, "max_query_len": 32},
-    "methods": {"dpr": {"epochs": 1, "batch_size": 8, "checkpoint_every": 1}},
-    "encode": {"shards": 2, "batch_size": 32},
-}
 TARGET = "results/runs/dpr/squad/squad-test.parquet"
+FORCED = "mine"  # a CPU rule; everything after it up to TARGET reruns with it
 # The profile's train jobs ask for 8 GPUs; `drpipe train` starts one process per GPU, which a
 # 2-core test machine cannot afford: this run asks for one (still a GPU job to SLURM). The
 # change goes into a copy of the profile: `--set-resources` on the command line would replace
@@ -201,12 +178,11 @@ def _cancel_first(rule: str, state: Path, env: dict, done: threading.Event, out:
 
 @pytest.mark.slow
 def test_fake_slurm_runs_a_tiny_dag_with_profile_resources_and_resubmits_a_cancelled_job(
-    tmp_path, data_mirror
+    tmp_path, data_mirror, tiny_dpr_run
 ):
-    state, work = tmp_path / "slurm", tmp_path / "work"
-    work.mkdir()
+    state, work = tmp_path / "slurm", copy_run(tiny_dpr_run, tmp_path / "work")
     overlay = work / "tiny.yaml"
-    overlay.write_text(yaml.safe_dump(TINY))
+    overlay.write_text(yaml.safe_dump(DPR_OVERLAY))
     env = _env(
         PATH=str(FAKE),
         FAKE_SLURM_DIR=str(state),
@@ -216,10 +192,11 @@ def test_fake_slurm_runs_a_tiny_dag_with_profile_resources_and_resubmits_a_cance
         TOKENIZERS_PARALLELISM="false",
     )
     profile_dir = _test_profile(tmp_path / "profile")
-    cmd = [str(SNAKEMAKE), TARGET, "--profile", str(profile_dir), "-s", str(REPO / "Snakefile"),
-           "--directory", str(work), "--sdm", "env-modules", "--jobs", "2", "--max-threads", "2",
-           "--slurm-init-seconds-before-status-checks", "1", "--latency-wait", "5",
-           "--configfile", str(REPO / "config.yaml"), str(overlay)]  # fmt: skip
+    cmd = [str(SNAKEMAKE), TARGET, "--forcerun", FORCED, "--profile", str(profile_dir),
+           "-s", str(REPO / "Snakefile"), "--directory", str(work), "--sdm", "env-modules",
+           "--jobs", "2", "--max-threads", "2", "--slurm-init-seconds-before-status-checks",
+           "1", "--latency-wait", "5", "--configfile", str(REPO / "config.yaml"),
+           str(overlay)]  # fmt: skip
     done, killed = threading.Event(), {}
     killer = threading.Thread(target=_cancel_first, args=("train", state, env, done, killed))
     killer.start()
@@ -235,8 +212,8 @@ def test_fake_slurm_runs_a_tiny_dag_with_profile_resources_and_resubmits_a_cance
     requests = _requests(state)
     submitted = [r for r in requests if r["cmd"] == "sbatch"]
     rules = [_rule_of(r) for r in submitted]
-    assert {"fetch", "documents", "passages", "bm25_index", "mine", "train", "encode",
-            "build_index", "encode_queries", "retrieve"} <= set(rules)  # fmt: skip
+    assert sorted(rules) == sorted([FORCED, "train", "train", "encode", "encode", "build_index",
+                                    "encode_queries", "retrieve"]), rules  # fmt: skip
 
     # Every submission carries its rule's resources from the profile (and this run's override).
     profile = _profile()
