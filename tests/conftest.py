@@ -77,21 +77,23 @@ def tiny_audited(shared_tmp, tiny_dpr_rerun, tiny_dpr_run) -> tuple[Path, Path]:
 
 
 # ------------------------------------------------------------------------ pytest-xdist (-n 2)
-# Fixtures live per worker, so tests are handed out by module (a module's fixtures are built
-# once), and the tests of each tiny run by run: the two slowest units, which go first, one to
-# each worker, while the other modules fill in around them.
-TINY_GROUPS = {"tiny_run": "tiny-all", "tiny_audited": "tiny-pair"}
+# `make test` runs two workers. Every test that reads a tiny run goes to one worker, in one
+# xdist group, first: the runs are built one after another there (each Snakemake build uses
+# both cores), while the other worker takes the unit tests, which mostly use one core. Built
+# in two places at once, the runs only slowed each other down. The rest is handed out by
+# module (a module's fixtures are built once per worker).
+TINY_FIXTURES = ("tiny_dpr_run", "tiny_dpr_rerun", "tiny_run", "tiny_audited")
 
 
 def pytest_collection_modifyitems(config, items):
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    first = []
+    tiny = []
     for item in items:
-        used = [TINY_GROUPS[f] for f in TINY_GROUPS if f in getattr(item, "fixturenames", ())]
-        group = used[0] if used else item.nodeid.split("::")[0]
+        uses = any(f in getattr(item, "fixturenames", ()) for f in TINY_FIXTURES)
+        group = "tiny-runs" if uses else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
-        first.append(bool(used))
-    items[:] = [i for i, f in zip(items, first, strict=True) if f] + [
-        i for i, f in zip(items, first, strict=True) if not f
+        tiny.append(uses)
+    items[:] = [i for i, t in zip(items, tiny, strict=True) if t] + [
+        i for i, t in zip(items, tiny, strict=True) if not t
     ]
