@@ -222,33 +222,43 @@ def doc_cfg(name):
 # --- bm25 ---
 
 
-def bm25_depth(split):
-    """Hits kept: the evaluation/mining depth, or the hybrid's candidate depth for the split
-    the tables evaluate (a deeper run costs search time and disk, so only there)."""
-    depth = max(C["bm25"]["hits"], C["mining"]["depth"])
-    if C["hybrid"]["enabled"] and split in hybrid_splits():
-        depth = max(depth, C["hybrid"]["depth"])
-    return depth
-
-
-def hybrid_splits():
-    """Splits the hybrid fuses: the tables' split, and the training split it tunes on."""
+def bm25_search_cfg(hits):
+    """What a BM25 search reads: the scoring, the index's fields and its depth `hits`."""
     return {
-        C["tables"]["split"],
-        *(["train"] if C["hybrid"]["lambda"] == "tune" else []),
+        "k1": C["bm25"]["k1"],
+        "b": C["bm25"]["b"],
+        "hits": hits,
+        "java": C["bm25"]["java"],
+        "fields": C["bm25"]["fields"],
+        **(
+            {"field_weights": C["bm25"]["field_weights"]}
+            if C["bm25"]["fields"] == "title_text"
+            else {}
+        ),
     }
+
+
+# BM25 runs, one search per use, each as deep as its use and no deeper, so that changing one
+# use's depth reruns only that use: the BM25 retriever's rows (bm25.hits), the negative
+# mining (mining.depth) and the hybrid's candidates (hybrid.depth).
+def bm25_mining_run(dataset):
+    return f"results/bm25/mining/{dataset}-train.parquet"
+
+
+def bm25_hybrid_run(dataset, split):
+    return f"results/bm25/hybrid/{dataset}-{split}.parquet"
 
 
 def hybrid_tuning_inputs(w):
     """Inputs of the weight's tuning: the held-out training questions of the model (named
-    in its training report), their vectors, their BM25 run, and the passages."""
+    in its training report), their vectors, their BM25 candidates, and the passages."""
     if C["hybrid"]["lambda"] != "tune":
         return {}
     if w.run == "init":
         raise ValueError("config: hybrid.lambda 'tune' needs a trained run, not init")
     return {
         "tune_queries": qvec_file(w.run, w.train_set, w.dataset, "train"),
-        "tune_bm25_run": f"results/runs/bm25/none/{w.dataset}-train.parquet",
+        "tune_bm25_run": bm25_hybrid_run(w.dataset, "train"),
         "tune_questions": f"results/qa/{w.dataset}/train.parquet",
         "tune_report": f"results/models/{w.run}/{w.train_set}.report.json",
         "passages": "results/corpus/passages.parquet",
