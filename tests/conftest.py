@@ -68,6 +68,12 @@ def tiny_run(shared_tmp, tiny_dpr_run) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_touched_run(shared_tmp, data_mirror) -> Path:
+    """The DAG of tiny_run, every job marked done without running it (no data read)."""
+    return runs.once(shared_tmp, "tiny-touched", runs.build_touched_run)
+
+
+@pytest.fixture(scope="session")
 def tiny_audited(shared_tmp, tiny_dpr_rerun, tiny_dpr_run) -> tuple[Path, Path]:
     """(a copy of the DPR run audited against the second one, the second one)."""
     audited = runs.once(

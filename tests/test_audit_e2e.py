@@ -79,10 +79,12 @@ def test_every_table2_cell_traces_to_the_fetched_inputs(runs, data_mirror):
     assert dpr["metrics"] == "results/metrics/dpr/squad/squad-test.json"
     chain = [record["steps"][s]["rule"] for s in record["lineage"][dpr["metrics"]]]
     for rule in ("evaluate", "retrieve", "build_index", "encode", "encode_queries", "train",
-                 "mine", "bm25_search", "bm25_index", "passages", "documents", "qa_load",
-                 "fetch"):  # fmt: skip
+                 "mine", "bm25_mining_search", "bm25_index", "passages", "documents",
+                 "qa_load", "fetch"):  # fmt: skip
         assert rule in chain, (rule, chain)
-    assert chain.index("train") < chain.index("mine") < chain.index("bm25_search")
+    assert chain.index("train") < chain.index("mine") < chain.index("bm25_mining_search")
+    # The dense run's lineage holds no evaluation-only BM25 search.
+    assert "bm25_search" not in chain and "bm25_hybrid_search" not in chain
     train = next(
         record["steps"][s] for s in record["lineage"][dpr["metrics"]]
         if record["steps"][s]["rule"] == "train"

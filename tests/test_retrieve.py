@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -448,3 +449,94 @@ def test_hybrid_weight_tuned_on_held_out_questions_only(pipeline, corpus, model,
     with pytest.raises(SystemExit, match="tune"):
         hybrid(model_dir, pipeline["queries"], pipeline["index"], pipeline["shards"], bm25_path,
                tmp_path / "x.parquet", cfg)  # fmt: skip
+
+
+def _subset_vectors(src, qids, dest):
+    """The vectors of ``qids`` (in that order) out of a query-vector file, as a new one."""
+    from drpipe.encode import read_query_vectors
+
+    all_qids, vecs = read_query_vectors(src)
+    rows = [all_qids.index(q) for q in qids]
+    np.save(dest, vecs[rows])
+    np.save(ids_path_for(dest), np.array(qids))
+    return dest
+
+
+def test_hybrid_weight_tuned_on_every_dataset_of_the_train_set_not_the_evaluated_one(
+    pipeline, corpus, model, tmp_path
+):
+    """A model trained on two datasets holds out questions of both: the weight is tuned on
+    those, one question table (with its vectors and BM25 run) per dataset, exactly as on one
+    table holding them all; and it does not depend on the evaluated questions, which can be a
+    test-only dataset that has no training questions at all."""
+    model_dir, _ = model
+    questions = pq.read_table(corpus / "questions.parquet")
+    qids = questions.column("qid").to_pylist()
+    n = pq.ParquetFile(corpus / "passages.parquet").metadata.num_rows
+    rng = np.random.default_rng(2)
+    rows = {}
+    for q in qids:
+        pids = rng.choice(np.arange(1, n + 1), size=8, replace=False)
+        scores = np.sort(rng.uniform(5, 20, size=8))[::-1]
+        hits = zip(pids, scores, strict=True)
+        rows[q] = [(q, r + 1, int(p), float(s)) for r, (p, s) in enumerate(hits)]
+    # Datasets a and b are the train set's; "test" is an evaluation-only dataset.
+    parts = {"a": qids[:12], "b": qids[12:24], "test": qids[24:], "ab": qids[:24]}
+    files = {}
+    for name, part in parts.items():
+        table = questions.filter(pc.is_in(questions.column("qid"), pa.array(part)))
+        write_parquet(tmp_path / f"{name}.parquet", table)
+        files[name] = (
+            tmp_path / f"{name}.parquet",
+            _subset_vectors(pipeline["queries"], part, tmp_path / f"{name}.npy"),
+            write_run(tmp_path / f"{name}-bm25.parquet", [r for q in part for r in rows[q]]),
+        )
+    held = qids[:12:3] + qids[12:24:2]  # validation questions of both datasets
+    report_path = tmp_path / "train.report.json"
+    report_path.write_text(json.dumps({"val_qids": held}))
+    cfg = {**RET, "lambda": "tune", "grid": [0.01, 0.3, 1.0, 100.0], "ks": [1, 5, 20],
+           "depth": 10, "top_k": 20}  # fmt: skip
+
+    def tuned(evaluated: str, tables: list[str]) -> dict:
+        out = tmp_path / f"h-{evaluated}-{len(tables)}"
+        tune = {"questions": [files[t][0] for t in tables],
+                "queries": [files[t][1] for t in tables],
+                "bm25_run": [files[t][2] for t in tables],
+                "passages": corpus / "passages.parquet", "report": report_path}  # fmt: skip
+        rep = hybrid(model_dir, files[evaluated][1], pipeline["index"], pipeline["shards"],
+                     files[evaluated][2], out.with_suffix(".parquet"), cfg, tune)  # fmt: skip
+        assert rep["n_questions"] == len(parts[evaluated])
+        return rep
+
+    rep = tuned("test", ["a", "b"])
+    assert f"{len(held)} questions held out" in rep["lambda_tuning"]["questions"]
+    # Two tables tune exactly as one table holding both datasets' questions does ...
+    one = tuned("test", ["ab"])
+    assert rep["lambda_tuning"]["grid"] == one["lambda_tuning"]["grid"]
+    assert rep["lambda"] == one["lambda"]
+    # ... and the evaluated questions change nothing of the tuning.
+    assert tuned("a", ["a", "b"])["lambda_tuning"] == rep["lambda_tuning"]
+    # Only the held-out questions count: with some of b's swapped for others, scores move.
+    report_path.write_text(json.dumps({"val_qids": qids[:12:3] + qids[13:24:2]}))
+    other = tuned("test", ["a", "b"])["lambda_tuning"]["grid"]
+    assert [t["top_k"] for t in other] != [t["top_k"] for t in rep["lambda_tuning"]["grid"]]
+
+    # A held-out question in no table: these are not the tables the model was trained from.
+    report_path.write_text(json.dumps({"val_qids": held}))
+    with pytest.raises(InputError, match="in none of"):
+        tuned("test", ["a"])
+    # One in two tables: which one was held out is ambiguous.
+    with pytest.raises(InputError, match="too"):
+        tuned("test", ["a", "ab"])
+
+
+def test_hybrid_cli_needs_one_tuning_file_per_dataset_in_each_list(pipeline, corpus, model):
+    model_dir, _ = model
+    args = ["hybrid", "--model", str(model_dir), "--queries", str(pipeline["queries"]),
+            "--index", str(pipeline["index"]), "--embeddings", *map(str, pipeline["shards"]),
+            "--bm25-run", "r.parquet", "--tune-queries", "a.npy", "b.npy",
+            "--tune-bm25-run", "a.parquet", "--tune-questions", "a.parquet", "b.parquet",
+            "--passages", "p.parquet", "--out", "o.parquet", "--report", "o.json",
+            "--cfg", json.dumps({"lambda": "tune"})]  # fmt: skip
+    with pytest.raises(SystemExit, match="one file per dataset"):
+        drpipe_main(args)

@@ -7,7 +7,7 @@ import time
 
 import pytest
 import yaml
-from workflow_util import REPO, planned_jobs, snakemake
+from workflow_util import REPO, planned_job_files, planned_jobs, snakemake
 
 from drpipe.config import ConfigError, deep_merge, method_config, resolve
 
@@ -234,3 +234,101 @@ def test_unknown_table3_variant_is_a_config_error(tmp_path):
                      check=False)  # fmt: skip
     assert proc.returncode != 0
     assert "methods.dpr.variants.t3_nope" in proc.stdout + proc.stderr
+
+
+# ------------------------------------------------------------ an evaluation-only dataset column
+
+
+def _test_only_dataset(tmp_path, data_mirror, name: str) -> dict:
+    """Config for a dataset `name` that has a test split and nothing else (as XQuAD's English
+    file, and most of the papers' test sets): 20 real questions of DPR's SQuAD test file, in
+    its JSONL layout, as a source of its own."""
+    src = tmp_path / f"{name}-test.qa.jsonl"
+    lines = (data_mirror / "dpr" / "squad1-test.qa.jsonl").read_text().splitlines()[:20]
+    src.write_text("\n".join(lines) + "\n")
+    return {
+        "sources": {f"{name}_test": {"mirror": str(src)}},
+        "qa": {name: {"test": {"format": "dpr-jsonl", "source": f"{name}_test",
+                               "sample": None, "restrict_to_corpus": False}}},
+    }  # fmt: skip
+
+
+def _reads_a_test_split(path: str) -> bool:
+    return "-test." in path or "/test." in path
+
+
+@pytest.mark.parametrize("scale", ["mini", "squad", "paper"])
+def test_an_evaluation_only_dataset_is_a_column_at_every_scale(tmp_path, data_mirror, scale):
+    """A test-only dataset beside SQuAD plans at every scale; its hybrid rows tune their weight
+    (where the scale tunes it) on the model's own held-out training questions, never on a test
+    split: the weight belongs to the model, whatever dataset is evaluated."""
+    work = tmp_path / "work"
+    work.mkdir()
+    overlay = {
+        **_test_only_dataset(tmp_path, data_mirror, "xquad"),
+        "tables": {"datasets": ["squad", "xquad"], "single": {"squad": "squad", "xquad": "squad"}},
+    }
+    jobs = planned_job_files(work, "--config", f"scale={scale}", overlay=overlay)
+    outputs = {o for j in jobs for o in j["output"]}
+    inputs = {i for j in jobs for i in j["input"]}
+    assert "results/metrics/dpr/squad/xquad-test.json" in outputs
+    assert not any("xquad/train" in p or "xquad-train" in p for p in outputs | inputs)
+    hybrids = [j for j in jobs if j["rule"] == "hybrid" and "xquad-test" in j["output"][0]]
+    assert hybrids, "no hybrid row on the evaluation-only dataset"
+    tune = resolve(RAW, SCHEMA, {"scale": scale})["hybrid"]["lambda"] == "tune"
+    for job in hybrids:
+        run, train_set = job["output"][0].split("/")[2:4]
+        model = run.removesuffix("+bm25")
+        evaluated = {f"results/qvecs/{model}/{train_set}/xquad-test.npy",
+                     "results/bm25/hybrid/xquad-test.parquet"}  # fmt: skip
+        assert {i for i in job["input"] if _reads_a_test_split(i)} == evaluated, job
+        tuning = {
+            f"results/models/{model}/{train_set}.report.json",  # names the held-out questions
+            "results/qa/squad/train.parquet",
+            f"results/qvecs/{model}/{train_set}/squad-train.npy",
+            "results/bm25/hybrid/squad-train.parquet",
+        }
+        assert (tuning <= set(job["input"])) == tune, job
+        if not tune:  # DPR's fixed weight at paper scale: no tuning input at all
+            assert not [i for i in job["input"] if "train" in i], job
+
+
+def test_the_weight_of_a_multi_dataset_model_tunes_on_each_datasets_training_questions(
+    tmp_path, data_mirror
+):
+    """A model trained on SQuAD and CuratedTREC holds out questions of both: its hybrid tunes on
+    both datasets' training questions, in the order of the train set, for every column."""
+    work = tmp_path / "work"
+    work.mkdir()
+    trec_train = {"format": "curatedtrec-tsv", "source": "trec_train", "sample": 50,
+                  "restrict_to_corpus": False, "match": "regex"}  # fmt: skip
+    xquad = _test_only_dataset(tmp_path, data_mirror, "xquad")
+    overlay = {
+        "sources": {**xquad["sources"],
+                    "trec_train": {"mirror": "curatedtrec/large2180-train.tsv"}},
+        "qa": {**xquad["qa"], "trec": {"train": trec_train}},
+        "train_sets": {"squad": ["squad"], "multi": ["squad", "trec"]},
+        "tables": {"datasets": ["squad", "xquad"], "single": {"squad": "squad"},
+                   "multi": "multi", "methods": ["dpr"]},
+    }  # fmt: skip
+    jobs = planned_job_files(work, "results/table2.csv", overlay=overlay)
+    hybrids = {j["output"][0]: j["input"] for j in jobs if j["rule"] == "hybrid"}
+    for dataset in ("squad", "xquad"):
+        inputs = hybrids[f"results/runs/dpr+bm25/multi/{dataset}-test.parquet"]
+        tables = [i for i in inputs if i.startswith("results/qa/")]
+        assert tables == ["results/qa/squad/train.parquet", "results/qa/trec/train.parquet"]
+        assert "results/models/dpr/multi.report.json" in inputs
+        assert "results/bm25/hybrid/trec-train.parquet" in inputs
+    # The Single model of SQuAD tunes on SQuAD's training questions alone.
+    single = hybrids["results/runs/dpr+bm25/squad/squad-test.parquet"]
+    assert [i for i in single if i.startswith("results/qa/")] == ["results/qa/squad/train.parquet"]
+
+
+def test_a_tuned_weight_without_held_out_questions_is_a_config_error(tmp_path):
+    """At paper scale every train set selects its checkpoint on DPR's dev files and holds no
+    training question out: a tuned weight has nothing to tune on, and the error says so."""
+    proc = snakemake(tmp_path, "-n", "--config", "scale=paper",
+                     overlay={"hybrid": {"lambda": "tune"}}, check=False)  # fmt: skip
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "hybrid.lambda 'tune'" in text and "dev_examples" in text

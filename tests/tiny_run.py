@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-from workflow_util import REPO, snakemake
+from workflow_util import REPO, snakemake, touched_run
 
 RAW = yaml.safe_load((REPO / "config.yaml").read_text())
 
@@ -109,8 +109,9 @@ TARGETS = (
 )
 # Jobs of the DPR run that the extension must reuse, not rerun.
 REUSED_RULES = {"fetch", "documents", "qa_load", "passages", "sentences", "bm25_index",
-                "bm25_search", "mine", "init_model", "train", "encode", "encode_queries",
-                "build_index", "retrieve", "hybrid", "evaluate"}  # fmt: skip
+                "bm25_search", "bm25_mining_search", "bm25_hybrid_search", "mine", "init_model",
+                "train", "encode", "encode_queries", "build_index", "retrieve", "hybrid",
+                "evaluate"}  # fmt: skip
 
 DRPIPE = Path(sys.executable).with_name("drpipe")
 # A build takes minutes on a quiet 2-core machine and several times that on a shared one; the
@@ -181,3 +182,10 @@ def audit_run(run: Path, against: Path, work: Path) -> Path:
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=a, timeout=BUILD_TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-6000:]
     return a
+
+
+def build_touched_run(work: Path) -> Path:
+    """The shared run's DAG (OVERLAY, TARGETS) in ``work`` (created), every job marked done
+    without running it (workflow_util.touched_run): what a config change reruns, in seconds."""
+    work.mkdir()
+    return touched_run(work, *TARGETS, overlay=OVERLAY)

@@ -156,3 +156,72 @@ def planned_jobs(
     proc = snakemake(workdir, "-n", *targets, overlay=overlay, repo=repo)
     text = proc.stdout + proc.stderr
     return {(m.group(1), m.group(2).split(",")[0].strip()) for m in _JOB.finditer(text)}
+
+
+_BLOCK = re.compile(r"^(?:local)?rule (\w+):\n((?:    .*\n)*)", re.M)
+
+
+def planned_job_files(
+    workdir: Path, *targets: str, overlay: dict | None = None, repo: Path = REPO
+) -> list[dict]:
+    """Every job a dry run would execute: {"rule", "input": [...], "output": [...]}."""
+    proc = snakemake(workdir, "-n", *targets, overlay=overlay, repo=repo)
+    jobs = []
+    for m in _BLOCK.finditer(proc.stdout + proc.stderr):
+        fields = dict(
+            line.strip().split(": ", 1) for line in m.group(2).splitlines() if ": " in line
+        )
+        files = {k: [f.strip() for f in fields.get(k, "").split(",") if f.strip()]
+                 for k in ("input", "output")}  # fmt: skip
+        jobs.append({"rule": m.group(1), **files})
+    return jobs
+
+
+_RULE_DIRECTORIES = r"""
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.io import is_flagged
+from snakemake.settings.types import OutputSettings, ResourceSettings, StorageSettings
+with SnakemakeApi(OutputSettings(quiet=None)) as api:
+    wf = api.workflow(snakefile=Path(sys.argv[1]), workdir=Path(sys.argv[2]),
+                      resource_settings=ResourceSettings(cores=1),
+                      storage_settings=StorageSettings())
+    print(json.dumps({r.name: [is_flagged(o, "directory") for o in r.output]
+                      for r in wf._workflow.rules}))
+"""
+
+
+def rule_directory_outputs(workdir: Path, repo: Path = REPO) -> dict[str, list[bool]]:
+    """rule -> for each of its outputs, in order, whether it is declared a `directory()`."""
+    env = {**os.environ}
+    if repo != REPO:
+        env["PYTHONPATH"] = str(repo / "workflow")
+    proc = subprocess.run(
+        [sys.executable, "-c", _RULE_DIRECTORIES, str(repo / "Snakefile"), str(workdir)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def touched_run(
+    workdir: Path, *targets: str, overlay: dict | None = None, repo: Path = REPO
+) -> Path:
+    """A finished run of ``targets`` in ``workdir`` in seconds, for questions about reruns:
+    every job a dry run plans gets empty outputs, then `snakemake --touch --forceall` marks
+    them done in the DAG's order, recording Snakemake's metadata (params, code, inputs, shell
+    command) as a real run does. No job's command runs."""
+    directories = rule_directory_outputs(workdir, repo)
+    for job in planned_job_files(workdir, *targets, overlay=overlay, repo=repo):
+        for out, is_dir in zip(job["output"], directories[job["rule"]], strict=True):
+            path = workdir / out
+            if is_dir:
+                path.mkdir(parents=True, exist_ok=True)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
+    snakemake(workdir, "--touch", "--forceall", *targets, overlay=overlay, repo=repo)
+    left = planned_jobs(workdir, *targets, overlay=overlay, repo=repo)
+    assert not left, f"jobs left to run after touching them all: {sorted(left)[:5]}"
+    return workdir

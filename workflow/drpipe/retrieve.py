@@ -27,7 +27,7 @@ import argparse
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -308,20 +308,67 @@ def tune_lambda(
 
 
 def tuning_questions(
-    questions_path: str | Path, report_path: str | Path | None
-) -> tuple[list[dict], str]:
-    """The questions the weight is tuned on: those a model's training held out for validation
-    (its report's ``val_qids``), else every question of the table; and a description."""
-    rows = read_questions(questions_path)
+    questions_paths: Sequence[str | Path], report_path: str | Path | None
+) -> tuple[list[list[dict]], str]:
+    """The questions the weight is tuned on, per question table: those a model's training
+    held out for validation (its report's ``val_qids``; the tables are the training questions
+    of each dataset of its train set), else every question of the tables; and a description.
+
+    A held-out qid that no table holds, or that two tables hold, is an error: the tables are
+    then not the ones the model was trained from."""
+    tables = [read_questions(p) for p in questions_paths]
     if report_path is None:
-        return rows, f"all questions of {questions_path}"
-    held = set(read_json(report_path).get("val_qids") or [])
+        return tables, f"all questions of {', '.join(map(str, questions_paths))}"
+    held = {str(q) for q in read_json(report_path).get("val_qids") or []}
     if not held:
         raise InputError(report_path, None, "the training report names no held-out questions")
-    kept = [q for q in rows if str(q["qid"]) in held]
-    if not kept:
-        raise InputError(questions_path, None, f"none of the held-out questions of {report_path}")
-    return kept, f"{len(kept)} questions held out of training ({report_path})"
+    where: dict[str, str] = {}
+    kept = []
+    for path, rows in zip(questions_paths, tables, strict=True):
+        kept.append([q for q in rows if str(q["qid"]) in held])
+        for q in kept[-1]:
+            if str(q["qid"]) in where:
+                raise InputError(
+                    path, f"qid {q['qid']!r}",
+                    f"held-out question of {report_path} is in {where[str(q['qid'])]} too",
+                )  # fmt: skip
+            where[str(q["qid"])] = str(path)
+    missing = sorted(held - set(where))
+    if missing:
+        raise InputError(
+            report_path, None,
+            f"{len(missing)} of its {len(held)} held-out questions are in none of "
+            f"{', '.join(map(str, questions_paths))} (e.g. {missing[:3]}): the model was not "
+            "trained from these question tables",
+        )  # fmt: skip
+    return kept, f"{len(held)} questions held out of training ({report_path})"
+
+
+def tuning_candidates(
+    index, questions: list[list[dict]], queries: Sequence[str | Path],
+    bm25_runs: Sequence[str | Path], depth: int,
+) -> Candidates:  # fmt: skip
+    """Candidates of the tuning questions, one question table (and its vectors and BM25 run)
+    after another: the vectors and runs hold every question of a table, these only some."""
+    qids: list[str] = []
+    qvecs, bm25, dense_p, dense_s = [], {}, [], []
+    for rows, vec_path, run_path in zip(questions, queries, bm25_runs, strict=True):
+        t_qids, t_vecs = read_query_vectors(vec_path)
+        keep = {str(q["qid"]) for q in rows}
+        sel = [i for i, q in enumerate(t_qids) if q in keep]
+        if len(sel) != len(keep):
+            raise InputError(
+                vec_path, None, f"{len(keep) - len(sel)} tuning questions lack vectors"
+            )
+        cand = candidates(index, [t_qids[i] for i in sel], t_vecs[sel], run_path, depth, True)
+        qids += cand.qids
+        qvecs.append(cand.qvecs)
+        bm25.update(cand.bm25)
+        dense_p += cand.dense_p
+        dense_s += cand.dense_s
+    return Candidates(
+        qids, np.concatenate(qvecs), bm25, dense_p, dense_s, ", ".join(map(str, bm25_runs))
+    )
 
 
 def hybrid(
@@ -337,9 +384,11 @@ def hybrid(
     """DPR's BM25 + lambda * dense hybrid run (see the module docstring); returns the report.
 
     ``cfg["lambda"]`` is a number, or ``"tune"``: then ``tune`` names the tuning questions
-    (``queries``, ``bm25_run``, ``questions``, ``passages`` and optionally ``report``, the
-    model's training report whose held-out questions are used) and the weight is the best of
-    ``cfg["grid"]`` there. The evaluated questions are never read for it.
+    (``questions``: the training question tables of the model's train set, one per dataset,
+    with their ``queries`` vectors and ``bm25_run`` runs in the same order; ``passages``; and
+    optionally ``report``, the model's training report whose held-out questions are used) and
+    the weight is the best of ``cfg["grid"]`` there, whatever dataset ``queries`` holds. The
+    evaluated questions are never read for it.
     """
     cfg = merged_cfg(cfg, DEFAULT_HYBRID_CFG)
     depth, top_k = int(cfg["depth"]), int(cfg["top_k"])
@@ -357,16 +406,11 @@ def hybrid(
     if cfg["lambda"] == "tune":
         if not tune:
             raise SystemExit("error: --cfg lambda 'tune' needs the --tune-* inputs")
-        questions, where = tuning_questions(tune["questions"], tune.get("report"))
-        t_qids, t_vecs = read_query_vectors(tune["queries"])
-        keep = {str(q["qid"]) for q in questions}
-        sel = [i for i, q in enumerate(t_qids) if q in keep]
-        t_cand = candidates(
-            index, [t_qids[i] for i in sel], t_vecs[sel], tune["bm25_run"], depth, subset=True
-        )
+        per_table, where = tuning_questions(tune["questions"], tune.get("report"))
+        t_cand = tuning_candidates(index, per_table, tune["queries"], tune["bm25_run"], depth)
         lam, grid = tune_lambda(
-            t_cand, lookup, questions, tune["passages"], [float(x) for x in cfg["grid"]],
-            [int(k) for k in cfg["ks"]],
+            t_cand, lookup, [q for rows in per_table for q in rows], tune["passages"],
+            [float(x) for x in cfg["grid"]], [int(k) for k in cfg["ks"]],
         )  # fmt: skip
         tuning = {"how": "best of the grid on the tuning questions (mean top-k accuracy)",
                   "questions": where, "grid": grid}  # fmt: skip
@@ -431,6 +475,12 @@ def _cmd_hybrid(args: argparse.Namespace) -> int:
         missing = [k for k, v in tune.items() if v is None and k != "report"]
         if missing:
             raise SystemExit(f"error: --tune-queries needs {', '.join(missing)} too")
+        counts = {k: len(tune[k]) for k in ("queries", "bm25_run", "questions")}
+        if len(set(counts.values())) != 1:
+            raise SystemExit(
+                f"error: --tune-queries, --tune-bm25-run and --tune-questions name one file per "
+                f"dataset each, in the same order; got {counts}"
+            )
     report = hybrid(
         args.model, args.queries, args.index, args.embeddings, args.bm25_run, args.out, args.cfg,
         tune,
@@ -471,9 +521,13 @@ def register(sub) -> None:
     _common(h)
     h.add_argument("--embeddings", nargs="+", required=True, help="the index's shard-*.npy files")
     h.add_argument("--bm25-run", required=True, help="BM25 run (Parquet), ideally 2000 deep")
-    h.add_argument("--tune-queries", help="question vectors of the tuning questions")
-    h.add_argument("--tune-bm25-run", help="BM25 run of the tuning questions")
-    h.add_argument("--tune-questions", help="question table holding the tuning questions")
+    h.add_argument("--tune-queries", nargs="+", help="question vectors of the tuning questions")
+    h.add_argument("--tune-bm25-run", nargs="+", help="BM25 runs of the tuning questions")
+    h.add_argument(
+        "--tune-questions", nargs="+",
+        help="question tables holding the tuning questions (one per dataset of the model's "
+        "train set, in the order of --tune-queries and --tune-bm25-run)",
+    )  # fmt: skip
     h.add_argument("--tune-report", help="training report: tune on its held-out questions")
     h.add_argument("--passages", help="passage table (answer matching while tuning)")
     add_cfg(h)

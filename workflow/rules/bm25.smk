@@ -21,6 +21,7 @@ rule bm25_index:
         " --threads {threads:q} 2> {log:q}"
 
 
+# BM25 as a retriever: the runs its table rows evaluate (bm25.hits deep), with a TREC export.
 rule bm25_search:
     input:
         index="results/bm25/index",
@@ -37,22 +38,45 @@ rule bm25_search:
         "../../envs/java.yaml"
     threads: C["threads"]
     params:
-        cfg=lambda w: cfg_json(
-            {
-                "k1": C["bm25"]["k1"],
-                "b": C["bm25"]["b"],
-                "hits": bm25_depth(w.split),
-                "java": C["bm25"]["java"],
-                "fields": C["bm25"]["fields"],
-                **(
-                    {"field_weights": C["bm25"]["field_weights"]}
-                    if C["bm25"]["fields"] == "title_text"
-                    else {}
-                ),
-            }
+        cfg=cfg_json(bm25_search_cfg(C["bm25"]["hits"])),
+        trec=lambda w, output: (
+            f"--trec {output.trec}" if "trec" in output.keys() else ""
         ),
         code=code("drpipe.bm25"),
     shell:
         "drpipe bm25 search --index {input.index:q} --questions {input.questions:q}"
-        " --out {output.run:q} --trec {output.trec:q} --report {output.report:q}"
+        " --out {output.run:q} {params.trec} --report {output.report:q}"
         " --cfg {params.cfg:q} --threads {threads:q} 2> {log:q}"
+
+
+# The training questions' candidates for negative mining: mining.depth deep and nothing else,
+# so an evaluation setting (bm25.hits, the hybrid) never reruns mining and training.
+use rule bm25_search as bm25_mining_search with:
+    input:
+        index="results/bm25/index",
+        questions="results/qa/{dataset}/train.parquet",
+    output:
+        run=bm25_mining_run("{dataset}"),
+        report=bm25_mining_run("{dataset}").replace(".parquet", ".report.json"),
+    log:
+        "results/logs/bm25_mining_search/{dataset}.log",
+    benchmark:
+        "results/benchmarks/rules/bm25_mining_search/{dataset}.tsv"
+    params:
+        cfg=cfg_json(bm25_search_cfg(C["mining"]["depth"])),
+
+
+# The hybrid's BM25 candidates (hybrid.depth deep): of the evaluated questions, and of the
+# training questions its weight is tuned on.
+use rule bm25_search as bm25_hybrid_search with:
+    output:
+        run=bm25_hybrid_run("{dataset}", "{split}"),
+        report=bm25_hybrid_run("{dataset}", "{split}").replace(
+            ".parquet", ".report.json"
+        ),
+    log:
+        "results/logs/bm25_hybrid_search/{dataset}-{split}.log",
+    benchmark:
+        "results/benchmarks/rules/bm25_hybrid_search/{dataset}-{split}.tsv"
+    params:
+        cfg=cfg_json(bm25_search_cfg(C["hybrid"]["depth"])),

@@ -222,34 +222,69 @@ def doc_cfg(name):
 # --- bm25 ---
 
 
-def bm25_depth(split):
-    """Hits kept: the evaluation/mining depth, or the hybrid's candidate depth for the split
-    the tables evaluate (a deeper run costs search time and disk, so only there)."""
-    depth = max(C["bm25"]["hits"], C["mining"]["depth"])
-    if C["hybrid"]["enabled"] and split in hybrid_splits():
-        depth = max(depth, C["hybrid"]["depth"])
-    return depth
-
-
-def hybrid_splits():
-    """Splits the hybrid fuses: the tables' split, and the training split it tunes on."""
+def bm25_search_cfg(hits):
+    """What a BM25 search reads: the scoring, the index's fields and its depth `hits`."""
     return {
-        C["tables"]["split"],
-        *(["train"] if C["hybrid"]["lambda"] == "tune" else []),
+        "k1": C["bm25"]["k1"],
+        "b": C["bm25"]["b"],
+        "hits": hits,
+        "java": C["bm25"]["java"],
+        "fields": C["bm25"]["fields"],
+        **(
+            {"field_weights": C["bm25"]["field_weights"]}
+            if C["bm25"]["fields"] == "title_text"
+            else {}
+        ),
     }
 
 
+# BM25 runs, one search per use, each as deep as its use and no deeper, so that changing one
+# use's depth reruns only that use: the BM25 retriever's rows (bm25.hits), the negative
+# mining (mining.depth) and the hybrid's candidates (hybrid.depth).
+def bm25_mining_run(dataset):
+    return f"results/bm25/mining/{dataset}-train.parquet"
+
+
+def bm25_hybrid_run(dataset, split):
+    return f"results/bm25/hybrid/{dataset}-{split}.parquet"
+
+
+def hybrid_tuning_datasets(run, train_set):
+    """Datasets whose training questions the model of (run, train_set) held out for
+    validation: those the weight is tuned on, whatever dataset the hybrid evaluates (the
+    weight belongs to the model; an evaluation-only dataset has no training questions).
+    """
+    if run == "init":
+        raise ValueError("config: hybrid.lambda 'tune' needs a trained run, not init")
+    datasets = C["train_sets"][train_set]
+    fix = "set hybrid.lambda to a number (DPR: 1.1, chosen on its dev set)"
+    if val_set_files(train_set):
+        raise ValueError(
+            f"config: hybrid.lambda 'tune' tunes on the training questions a model held out "
+            f"for validation, but train set '{train_set}' validates on dev_examples files "
+            f"and holds none out; {fix}"
+        )
+    released = [d for d in datasets if C["train_examples"].get(d, "mine") != "mine"]
+    if released:
+        raise ValueError(
+            f"config: hybrid.lambda 'tune' tunes on the held-out training questions of train "
+            f"set '{train_set}', but train_examples.{released[0]} is a released file whose "
+            f"questions are no question table (qa.{released[0]}.train); {fix}"
+        )
+    return datasets
+
+
 def hybrid_tuning_inputs(w):
-    """Inputs of the weight's tuning: the held-out training questions of the model (named
-    in its training report), their vectors, their BM25 run, and the passages."""
+    """Inputs of the weight's tuning: the model's training report (naming the questions it
+    held out of training), and, for each dataset of its train set, the training questions,
+    their vectors and their BM25 candidates; and the passages. Never a test question."""
     if C["hybrid"]["lambda"] != "tune":
         return {}
-    if w.run == "init":
-        raise ValueError("config: hybrid.lambda 'tune' needs a trained run, not init")
+    datasets = hybrid_tuning_datasets(w.run, w.train_set)
     return {
-        "tune_queries": qvec_file(w.run, w.train_set, w.dataset, "train"),
-        "tune_bm25_run": f"results/runs/bm25/none/{w.dataset}-train.parquet",
-        "tune_questions": f"results/qa/{w.dataset}/train.parquet",
+        "tune_queries": [qvec_file(w.run, w.train_set, d, "train") for d in datasets],
+        "tune_bm25_run": [bm25_hybrid_run(d, "train") for d in datasets],
+        "tune_questions": [f"results/qa/{d}/train.parquet" for d in datasets],
         "tune_report": f"results/models/{w.run}/{w.train_set}.report.json",
         "passages": "results/corpus/passages.parquet",
     }

@@ -4,7 +4,7 @@
 rule mine:
     input:
         questions="results/qa/{dataset}/train.parquet",
-        run="results/runs/bm25/none/{dataset}-train.parquet",
+        run=bm25_mining_run("{dataset}"),
         passages="results/corpus/passages.parquet",
     output:
         examples="results/train/{dataset}.jsonl.gz",

@@ -38,7 +38,7 @@ rule hybrid:
         queries=lambda w: qvec_file(w.run, w.train_set, w.dataset, w.split),
         index=index_file,
         embeddings=lambda w: shard_files(w.run, w.train_set),
-        bm25="results/runs/bm25/none/{dataset}-{split}.parquet",
+        bm25=bm25_hybrid_run("{dataset}", "{split}"),
     output:
         run="results/runs/{run}+bm25/{train_set}/{dataset}-{split}.parquet",
         report="results/runs/{run}+bm25/{train_set}/{dataset}-{split}.report.json",

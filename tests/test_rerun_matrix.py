@@ -1,0 +1,139 @@
+"""What a config change reruns: for each setting, the rules a dry run plans after changing it.
+
+The finished run asked is the shared tiny run's DAG (tiny_run.OVERLAY) touched, not run
+(workflow_util.touched_run: every job marked done with Snakemake's own metadata, in seconds);
+test_workflow_e2e.py checks that the real tiny run plans the same jobs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tiny_run import OVERLAY
+from workflow_util import planned_jobs
+
+TARGETS = ("all", "results/dpr/table3.csv", "results/dpr/figure1.png")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tiny_touched_run) -> Path:
+    return tiny_touched_run
+
+
+def _rules(jobs):
+    return {rule for rule, _ in jobs}
+
+
+# Settings that change no result: a dry run after changing one plans nothing at all.
+NO_RESULT_CHANGE = {
+    "encode.batch_size": {"encode": {"shards": 2, "batch_size": 7}},
+    "encode.block_size": {"encode": {"shards": 2, "batch_size": 32, "block_size": 33}},
+    "retrieve.batch_size": {"retrieve": {"top_k": 100, "batch_size": 9}},
+    "methods.dpr.checkpoint_every": {"methods": {"dpr": {**OVERLAY["methods"]["dpr"],
+                                                         "checkpoint_every": 5}}},
+    "threads": {"threads": 1},
+    "corpus.wiki_processes": {"corpus": {**OVERLAY["corpus"], "wiki_processes": 1}},
+    "corpus.sentences.batch_size": {"corpus": {**OVERLAY["corpus"], "sentences": {
+        "splitter": "dcsr", "model": None, "batch_size": 17}}},
+    "index.hnsw (index type flat)": {"index": {"hnsw": {"m": 16, "ef_construction": 40,
+                                                        "ef_search": 16}}},
+    "a source's note": {"sources": {"enwiki_tables": {"note": "edited"}}},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(NO_RESULT_CHANGE))
+def test_settings_that_change_no_result_rerun_nothing(run_dir, name):
+    patch = NO_RESULT_CHANGE[name]
+    assert planned_jobs(run_dir, *TARGETS, overlay={**OVERLAY, **patch}) == set(), name
+
+
+# AOpt starts from DPR's vectors and runs: whatever reruns DPR's vectors reruns AOpt.
+AOPT_RULES = {"aopt_passage_round", "aopt_linear", "aopt_query_round", "aopt_index",
+              "aopt_retrieve", "aopt_evaluate", "aopt_grid", "aopt_figure6", "aopt_figure7",
+              "aopt_table3"}  # fmt: skip
+DENSE_RULES = {"train", "encode", "encode_queries", "build_index", "retrieve", "hybrid",
+               "evaluate", "table2", "table3", "figure1", "provenance", "all"} | AOPT_RULES  # fmt: skip
+TABLES = {"table2", "table3", "figure1", "provenance", "all"}
+# BM25 searches: the BM25 retriever's runs, the mining candidates, the hybrid's candidates.
+BM25_SEARCHES = {"bm25_search", "bm25_mining_search", "bm25_hybrid_search"}
+# Setting -> (rules that must run, rules that may run); anything else planned is a bug.
+RESULT_CHANGE = {
+    "hybrid.grid": (
+        {"hybrid": {**OVERLAY["hybrid"], "grid": [1.0, 30.0]}},
+        {"hybrid", "evaluate", "table2"},
+        {"hybrid", "evaluate", *TABLES},
+    ),
+    "evaluate.ks": (
+        {"evaluate": {"ks": [1, 5, 20, 50, 100]}},
+        {"evaluate", "table2"},
+        # The hybrid averages ks when tuning its weight; AOpt evaluates its rounds.
+        {"evaluate", "hybrid", *TABLES, *AOPT_RULES},
+    ),
+    "encode.dtype": (
+        {"encode": {"shards": 2, "batch_size": 32, "dtype": "float16"}},
+        {"encode", "build_index", "retrieve", "evaluate", "table2"},
+        DENSE_RULES - {"train", "encode_queries"},
+    ),
+    "index.type": (
+        {"index": {"type": "hnsw", "hnsw": {"m": 16, "ef_construction": 40, "ef_search": 32}}},
+        {"build_index", "retrieve", "evaluate", "table2"},
+        DENSE_RULES - {"train", "encode", "encode_queries"},
+    ),
+    "encoder.max_query_len": (
+        {"encoder": {**OVERLAY["encoder"], "max_query_len": 24}},
+        {"init_model", "train", "encode", "encode_queries", "retrieve", "evaluate", "table2"},
+        DENSE_RULES | {"init_model"},
+    ),
+    "bm25.b": (
+        {"bm25": {"k1": 0.9, "b": 0.5, "hits": 100, "java": None}},
+        {*BM25_SEARCHES, "mine", "train", "evaluate", "table2"},
+        DENSE_RULES | BM25_SEARCHES | {"mine"},
+    ),
+    "mining.hard_negatives": (
+        {"mining": {**OVERLAY["mining"], "hard_negatives": 3}},
+        {"mine", "train", "evaluate", "table2"},
+        DENSE_RULES | {"mine"},
+    ),
+    # Each BM25 search is as deep as its one use: a depth reruns that use and what follows it.
+    # Mining's depth reruns mining, training and everything after (the hybrid too, as its
+    # models change), never the other searches ...
+    "mining.depth": (
+        {"mining": {**OVERLAY["mining"], "depth": 50}},
+        {"bm25_mining_search", "mine", "train", "hybrid", "evaluate", "table2"},
+        DENSE_RULES | {"bm25_mining_search", "mine"},
+    ),
+    # ... the hybrid's depth reruns its own candidate searches and the hybrid, never mining or
+    # training ...
+    "hybrid.depth": (
+        {"hybrid": {**OVERLAY["hybrid"], "depth": 60}},
+        {"bm25_hybrid_search", "hybrid", "evaluate", "table2", "provenance"},
+        {"bm25_hybrid_search", "hybrid", "evaluate", "table2", "provenance"},
+    ),
+    # ... a fixed weight instead of a tuned one reruns the hybrid alone (the deeper BM25 run of
+    # the training questions it tuned on is no longer read) ...
+    "hybrid.lambda (tune -> 1.1)": (
+        {"hybrid": {**OVERLAY["hybrid"], "lambda": 1.1}},
+        {"hybrid", "evaluate", "table2", "provenance"},
+        {"hybrid", "evaluate", "table2", "provenance"},
+    ),
+    # ... and the BM25 retriever's own depth reruns its rows (Table 2, DPR Figure 1).
+    "bm25.hits": (
+        {"bm25": {"k1": 0.9, "b": 0.4, "hits": 150, "java": None}},
+        {"bm25_search", "evaluate", "table2", "figure1", "provenance"},
+        {"bm25_search", "evaluate", "table2", "figure1", "provenance"},
+    ),
+    "tables.split (same data, renamed tables)": (
+        {"tables": {**OVERLAY["tables"], "datasets": ["squad"], "single": {"squad": "squad"}}},
+        set(),
+        TABLES,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(RESULT_CHANGE))
+def test_result_changing_settings_rerun_exactly_their_steps(run_dir, name):
+    patch, required, allowed = RESULT_CHANGE[name]
+    rules = _rules(planned_jobs(run_dir, *TARGETS, overlay={**OVERLAY, **patch}))
+    assert required <= rules, (name, sorted(rules))
+    assert rules <= allowed, (name, sorted(rules - allowed))
