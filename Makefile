@@ -12,9 +12,6 @@ SNAKEMAKE_ARGS ?=
 TORCH ?= torch==2.13.0
 DATA_MIRROR ?=
 PYTEST_ARGS ?=
-# Two pytest workers: the tiny end-to-end runs on one, the unit tests on the other
-# (tests/conftest.py); TEST_WORKERS=0 runs everything in one process.
-TEST_WORKERS ?= 2
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.drpipe-installed
@@ -53,7 +50,7 @@ audit: install
 		--snakemake-args "$(SNAKEMAKE_ARGS)"
 
 test: install
-	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check workflow tests benchmarks

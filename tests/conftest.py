@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,72 +37,73 @@ def repo_root() -> Path:
 
 
 # ------------------------------------------------------------- the tiny real runs (tiny_run.py)
-# Built once per session, on first use, and shared by every end-to-end module (and by the
-# pytest-xdist workers of a session); tests only read them (dry runs included), and a test that
-# changes files copies one first.
+# Built once per session and shared by every end-to-end module; tests only read them (dry runs
+# included), and a test that changes files copies one first. When the collected tests need
+# them, a background process starts building them at once, on both cores, while the tests
+# that need none run first (mostly on one core); the fixtures wait for it.
 
 
 @pytest.fixture(scope="session")
 def shared_tmp(tmp_path_factory) -> Path:
-    """A folder of this session that its pytest-xdist workers share (the session's own
-    temporary folder without xdist)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    """The session's temporary folder, where the tiny runs are built."""
+    return tmp_path_factory.getbasetemp()
 
 
 @pytest.fixture(scope="session")
 def tiny_dpr_run(shared_tmp, data_mirror) -> Path:
     """The tiny DPR run (BM25, initial encoder, DPR, its hybrid, Figure 1)."""
-    return runs.once(shared_tmp, "tiny-dpr", runs.build_dpr_run)
+    return runs.build(shared_tmp, "tiny-dpr")
 
 
 @pytest.fixture(scope="session")
 def tiny_dpr_rerun(shared_tmp, data_mirror) -> Path:
     """The same DPR run built again, independently, in another directory (Table 2's jobs)."""
-    return runs.once(
-        shared_tmp, "tiny-dpr-again", lambda work: runs.build_dpr_run(work, runs.RERUN_TARGETS)
-    )
+    return runs.build(shared_tmp, "tiny-dpr-again")
 
 
 @pytest.fixture(scope="session")
-def tiny_run(shared_tmp, tiny_dpr_run) -> Path:
+def tiny_run(shared_tmp, data_mirror) -> Path:
     """The DPR run taken on to every method, AOpt's rounds and figures, DPR Table 3."""
-    return runs.once(shared_tmp, "tiny-all", lambda work: runs.extend_run(tiny_dpr_run, work))
+    return runs.build(shared_tmp, "tiny-all")
 
 
 @pytest.fixture(scope="session")
 def tiny_touched_run(shared_tmp, data_mirror) -> Path:
     """The DAG of tiny_run, every job marked done without running it (no data read)."""
-    return runs.once(shared_tmp, "tiny-touched", runs.build_touched_run)
+    return runs.build(shared_tmp, "tiny-touched")
 
 
 @pytest.fixture(scope="session")
-def tiny_audited(shared_tmp, tiny_dpr_rerun, tiny_dpr_run) -> tuple[Path, Path]:
+def tiny_audited(shared_tmp, data_mirror) -> tuple[Path, Path]:
     """(a copy of the DPR run audited against the second one, the second one)."""
-    audited = runs.once(
-        shared_tmp, "tiny-audited", lambda work: runs.audit_run(tiny_dpr_run, tiny_dpr_rerun, work)
-    )
-    return audited, tiny_dpr_rerun
+    return runs.build(shared_tmp, "tiny-audited"), runs.build(shared_tmp, "tiny-dpr-again")
 
 
-# ------------------------------------------------------------------------ pytest-xdist (-n 2)
-# `make test` runs two workers. Every test that reads a tiny run goes to one worker, in one
-# xdist group, first: the runs are built one after another there (each Snakemake build uses
-# both cores), while the other worker takes the unit tests, which mostly use one core. Built
-# in two places at once, the runs only slowed each other down. The rest is handed out by
-# module (a module's fixtures are built once per worker).
-TINY_FIXTURES = ("tiny_dpr_run", "tiny_dpr_rerun", "tiny_run", "tiny_audited")
+_BUILDER: subprocess.Popen | None = None
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m have deselected what will not run
 def pytest_collection_modifyitems(config, items):
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        return
-    tiny = []
-    for item in items:
-        uses = any(f in getattr(item, "fixturenames", ()) for f in TINY_FIXTURES)
-        group = "tiny-runs" if uses else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-        tiny.append(uses)
-    items[:] = [i for i, t in zip(items, tiny, strict=True) if t] + [
-        i for i, t in zip(items, tiny, strict=True) if not t
+    """Tests that need no tiny run first; start building the runs the others need."""
+    global _BUILDER
+    needs = [[f for f in runs.NEEDS if f in getattr(i, "fixturenames", ())] for i in items]
+    items[:] = [i for i, n in zip(items, needs, strict=True) if not n] + [
+        i for i, n in zip(items, needs, strict=True) if n
     ]
+    names = list(dict.fromkeys(r for n in needs for f in n for r in runs.NEEDS[f]))
+    factory = getattr(config, "_tmp_path_factory", None)  # pytest's own, as tmp_path uses
+    if not names or factory is None or config.getoption("collectonly") or not mirror_dir().is_dir():
+        return
+    root = factory.getbasetemp()
+    log = open(root / "tiny-builder.log", "w")  # noqa: SIM115 - the builder's, closed at exit
+    _BUILDER = subprocess.Popen(
+        [sys.executable, str(Path(runs.__file__)), str(root), *names],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Stop the background builder if the session ends before it (an interrupted run)."""
+    if _BUILDER is not None and _BUILDER.poll() is None:
+        os.killpg(_BUILDER.pid, signal.SIGTERM)
+        _BUILDER.wait()

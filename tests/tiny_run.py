@@ -11,6 +11,11 @@ session fixtures in conftest.py call these).
 
 Each Snakemake job pays its own start-up (imports, model loads), so sharing the DPR jobs and
 running them once is most of the saving; a test that changes files works on a copy.
+
+``build(root, name)`` builds a run by name (and the runs it starts from), once: the session
+fixtures call it, and so does a background process (``python tests/tiny_run.py ROOT NAME...``,
+started by conftest.py when the collected tests need tiny runs) that builds them on both cores
+while the unit tests run; a fixture that asks for a run being built waits for it.
 """
 
 from __future__ import annotations
@@ -121,8 +126,9 @@ _JOB = re.compile(r"^(?:local)?rule (\w+):\n(?:(?:    .*)\n)*?    output: (.*)$"
 
 
 def once(root: Path, name: str, build: Callable[[Path], Path]) -> Path:
-    """``build(root / name)``, run by the first pytest process that asks for it: the others
-    (pytest-xdist workers sharing ``root``) wait for it and reuse it, or see its failure."""
+    """``build(root / name)``, run by the first process that asks for it (the session's
+    background builder or a fixture): the others wait for it and reuse it, or see its
+    failure."""
     work, done, failed = root / name, root / f"{name}.done", root / f"{name}.failed"
     with open(root / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -189,3 +195,47 @@ def build_touched_run(work: Path) -> Path:
     without running it (workflow_util.touched_run): what a config change reruns, in seconds."""
     work.mkdir()
     return touched_run(work, *TARGETS, overlay=OVERLAY)
+
+
+def build(root: Path, name: str) -> Path:
+    """The run ``name`` under ``root``, built once (with the runs it starts from)."""
+    if name == "tiny-dpr":
+        return once(root, name, build_dpr_run)
+    if name == "tiny-dpr-again":
+        return once(root, name, lambda work: build_dpr_run(work, RERUN_TARGETS))
+    if name == "tiny-all":
+        dpr = build(root, "tiny-dpr")
+        return once(root, name, lambda work: extend_run(dpr, work))
+    if name == "tiny-audited":
+        a, b = build(root, "tiny-dpr"), build(root, "tiny-dpr-again")
+        return once(root, name, lambda work: audit_run(a, b, work))
+    if name == "tiny-touched":
+        return once(root, name, build_touched_run)
+    raise ValueError(f"no tiny run named {name!r}")
+
+
+# The runs each session fixture needs, in the order the background builder makes them.
+NEEDS = {
+    "tiny_dpr_run": ("tiny-dpr",),
+    "tiny_run": ("tiny-dpr", "tiny-all"),
+    "tiny_touched_run": ("tiny-touched",),
+    "tiny_dpr_rerun": ("tiny-dpr-again",),
+    "tiny_audited": ("tiny-dpr-again", "tiny-audited"),
+}
+
+
+def main(argv: list[str]) -> int:
+    """Build the named runs under ``argv[0]`` in order; a failed one is recorded (its fixture
+    reports it) and the others are still built."""
+    root, failed = Path(argv[0]), 0
+    for name in argv[1:]:
+        try:
+            build(root, name)
+        except Exception:
+            traceback.print_exc()
+            failed += 1
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

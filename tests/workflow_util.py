@@ -124,7 +124,8 @@ def snakemake(
         str(repo / "config.yaml"),
     ]
     if overlay is not None:
-        # Named by its content and written atomically: pytest-xdist workers may dry-run the
+        # Named by its content and written atomically: two processes (the session and its
+        # background builder of tiny runs, or pytest-xdist workers) may dry-run the
         # same shared run with the same overlay at once.
         text = yaml.safe_dump(overlay)
         path = workdir / f"overlay-{hashlib.sha256(text.encode()).hexdigest()[:8]}.yaml"
