@@ -98,7 +98,9 @@ def test_a_method_without_a_paper_reaches_table2_with_no_paper_values(tiny_run, 
     assert cfg["row_map"]["mymethod"]["paper"] is None
     assert cfg["row_map"]["dpr"]["paper"] == "dpr"
     metrics = []
-    for path in argv[argv.index("--metrics") + 1 : argv.index("--out")]:
+    start = argv.index("--metrics") + 1
+    end = next(i for i in range(start, len(argv)) if argv[i].startswith("--"))
+    for path in argv[start:end]:
         src = tiny_run / path
         if not src.exists():
             stand_in = Path(re.sub(r"/mymethod(\+bm25)?/", r"/dpr\1/", str(src)))

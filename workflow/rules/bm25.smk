@@ -39,13 +39,14 @@ rule bm25_search:
     threads: C["threads"]
     params:
         cfg=cfg_json(bm25_search_cfg(C["bm25"]["hits"])),
+        # A list, so that `:q` quotes the path (and an empty list writes nothing).
         trec=lambda w, output: (
-            f"--trec {output.trec}" if "trec" in output.keys() else ""
+            ["--trec", output.trec] if "trec" in output.keys() else []
         ),
         code=code("drpipe.bm25"),
     shell:
         "drpipe bm25 search --index {input.index:q} --questions {input.questions:q}"
-        " --out {output.run:q} {params.trec} --report {output.report:q}"
+        " --out {output.run:q} {params.trec:q} --report {output.report:q}"
         " --cfg {params.cfg:q} --threads {threads:q} 2> {log:q}"
 
 
