@@ -29,6 +29,9 @@ use rule mine as mine_hard with:
         "results/logs/mine_hard/{dataset}-{miner}-{train_set}.log",
     benchmark:
         "results/benchmarks/rules/mine_hard/{dataset}-{miner}-{train_set}.tsv"
+    # A derived rule resolves its environment from this folder: name it from here.
+    conda:
+        env()
 
 
 use rule train as train_hard with:
@@ -47,6 +50,9 @@ use rule train as train_hard with:
         "results/logs/train/{run}.hard_{miner}/{train_set}.log",
     benchmark:
         "results/benchmarks/rules/train/{run}.hard_{miner}/{train_set}.tsv"
+    # A derived rule resolves its environment from this folder: name it from here.
+    conda:
+        env(gpu=True)
     wildcard_constraints:
         run="|".join(METHODS),
 
@@ -93,6 +99,9 @@ use rule encode_queries as encode_released_queries with:
         "results/logs/encode_queries/{run}/{train_set}/{dataset}-train.released.log",
     benchmark:
         "results/benchmarks/rules/encode_queries/{run}/{train_set}/{dataset}-train.released.tsv"
+    # A derived rule resolves its environment from this folder: name it from here.
+    conda:
+        env(gpu=True)
 
 
 use rule retrieve as retrieve_released with:
@@ -107,6 +116,9 @@ use rule retrieve as retrieve_released with:
         "results/logs/retrieve/{run}/{train_set}/{dataset}-train.released.log",
     benchmark:
         "results/benchmarks/rules/retrieve/{run}/{train_set}/{dataset}-train.released.tsv"
+    # A derived rule resolves its environment from this folder: name it from here.
+    conda:
+        env(gpu=True)
 
 
 # --- tables
