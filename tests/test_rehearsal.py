@@ -51,7 +51,7 @@ def test_the_rehearsal_changes_only_inputs_and_sizes() -> None:
     """Its own overlay touches no key that shapes the DAG beyond inputs and sizes."""
     own = RAW["scales"]["rehearsal"]
     assert own["extends"] == "paper"
-    assert set(own) == {"extends", "qa", "encode", "methods", "tables", "standins"}
+    assert set(own) == {"extends", "threads", "qa", "encode", "methods", "tables", "standins"}
     assert all(set(m) <= {"epochs", "epochs_by_train_set"} for m in own["methods"].values())
     assert all(set(s) == {"sample"} for d in own["qa"].values() for s in d.values())
     assert set(own["tables"]) == {"dcsr"}  # corpus subsets: sizes
