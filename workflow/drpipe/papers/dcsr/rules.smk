@@ -50,11 +50,11 @@ use rule train as train_hard with:
         "results/logs/train/{run}.hard_{miner}/{train_set}.log",
     benchmark:
         "results/benchmarks/rules/train/{run}.hard_{miner}/{train_set}.tsv"
+    wildcard_constraints:
+        run="|".join(METHODS),
     # A derived rule resolves its environment from this folder: name it from here.
     conda:
         env(gpu=True)
-    wildcard_constraints:
-        run="|".join(METHODS),
 
 
 # Paper scale: the miner's retrieval over the questions of DPR's released training file (a
