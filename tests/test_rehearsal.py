@@ -126,6 +126,8 @@ SUBSETS = {"subsets/n600": "subsets/n1050000", "subsets/n150": "subsets/n100000"
 def test_rehearsal_dag_is_the_paper_dag(tmp_path: Path) -> None:
     """Job for job the paper scale's (one encoding shard, as the rehearsal), but for where the
     inputs come from: every paper input the paper fetches is fetched or stood in for."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "r").mkdir()
     paper = planned_jobs(
         tmp_path / "p", *TARGETS, overlay={"scale": "paper", "encode": {"shards": 1}}
     )
