@@ -353,6 +353,30 @@ def train_set_files(train_set):
     return [train_examples_file(d) for d in C["train_sets"][train_set]]
 
 
+def dataset_match(dataset):
+    """How a dataset's answers match text: its qa config's `match` (CuratedTREC: regex)."""
+    modes = {s.get("match") for s in (C["qa"].get(dataset) or {}).values() if s}
+    modes.discard(None)
+    if len(modes) > 1:
+        raise ValueError(f"config: qa.{dataset} splits match answers differently: {modes}")
+    return modes.pop() if modes else "string"
+
+
+def train_cfg(w, input):
+    """`drpipe train --cfg`: the run's training cfg (its encoder read from a stand-in where it
+    has one) and, for files of datasets whose answers are not plain strings, how they match
+    (DCSR finds its positive sentences with them)."""
+    cfg = with_model_paths(method_config(C, w.run, w.train_set))
+    datasets = C["train_sets"][w.train_set]
+    modes = {}
+    for files in (input.train, input.val):
+        files = [files] if isinstance(files, str) else list(files)
+        for d, f in zip(datasets, files) if len(files) == len(datasets) else ():
+            if dataset_match(d) != "string":
+                modes[f] = dataset_match(d)
+    return cfg_json({**cfg, **({"answer_match": modes} if modes else {})})
+
+
 def val_set_files(train_set):
     """Development examples of every dataset of a train set (DPR selects checkpoints on dev);
     empty when one lacks them, and the training holds out `val_fraction` instead."""

@@ -32,7 +32,7 @@ rule train:
             if method_class(run_method(w.run)).train_corpus
             else ""
         ),
-        cfg=lambda w: cfg_json(with_model_paths(method_config(C, w.run, w.train_set))),
+        cfg=train_cfg,
         opts=runtime(lambda w: options(method_run_options(C, w.run))),
         code=lambda w: method_code(w.run, "drpipe.training"),
     shell:
