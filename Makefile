@@ -22,7 +22,7 @@ export TOKENIZERS_PARALLELISM := false
 export DATA_MIRROR
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install run test lint format bench clean squad audit
+.PHONY: install run test lint format bench clean squad audit rehearse
 
 install: $(STAMP)
 
@@ -38,6 +38,15 @@ run: install
 
 squad: install
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --config scale=squad $(SNAKEMAKE_ARGS) $(TARGET)
+
+# The paper scale rehearsed on CPU before GPU-days are spent (config scales.rehearsal): every
+# paper-scale rule and table on stand-in inputs of the papers' formats made from DATA_MIRROR
+# and a tiny encoder, in $(REHEARSAL_DIR)/; ends with the one-page results/run_summary.md.
+REHEARSAL_DIR ?= rehearsal
+rehearse: install
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --directory $(REHEARSAL_DIR) \
+		--config scale=rehearsal $(SNAKEMAKE_ARGS) results/run_summary.md
+	cat $(REHEARSAL_DIR)/results/run_summary.md
 
 # Audit a finished run without rebuilding anything: lineage of every table cell, what the
 # current config and code would rerun (pass the run's SNAKEMAKE_ARGS, e.g. --config
@@ -70,4 +79,4 @@ bench: install
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
 
 clean:
-	rm -rf results .snakemake
+	rm -rf results .snakemake $(REHEARSAL_DIR)

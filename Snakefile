@@ -17,6 +17,7 @@ wildcard_constraints:
 
 
 include: "workflow/rules/download.smk"
+include: "workflow/rules/standins.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/qa.smk"
 include: "workflow/rules/bm25.smk"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -169,3 +170,26 @@ def test_training_on_released_files(released, tiny_bert, tmp_path):
         train_model("dcsr", [file], tmp_path / "d", _cfg(tiny_bert, unmatched_passages="drop"),
                     corpus=released["paths"])  # fmt: skip
     assert not (tmp_path / "d").exists()
+
+
+def test_regex_answers_find_their_sentences(tmp_path: Path) -> None:
+    """CuratedTREC's answers are regular expressions (DPR's released TREC files too): read as
+    strings they match no sentence, and DCSR dropped most TREC examples at paper scale (found
+    by the rehearsal). The train rule names the files whose answers are regexes."""
+    from drpipe.methods.dcsr_parts.training_data import Passage, answer_sentences
+    from drpipe.qa.mining import write_dpr_json
+    from drpipe.training.data import load_training_data
+    from drpipe.training.settings import DEFAULTS
+
+    text = "Lindbergh flew alone. He took off from Roosevelt Field in 1927."
+    ctx = {"title": "Lindbergh", "text": text, "passage_id": "1"}
+    rec = {"question": "What site did Lindbergh begin his flight from in 1927?",
+           "answers": [r"Long Island|New\s?York|Roosevelt Field"], "positive_ctxs": [ctx],
+           "negative_ctxs": [], "hard_negative_ctxs": []}  # fmt: skip
+    path = tmp_path / "biencoder-curatedtrec-train.json"
+    write_dpr_json(path, [rec])
+    psg = Passage(1, "Lindbergh", text, spans=[(0, 21), (22, len(text))])
+    for modes, want in (({str(path): "regex"}, [1]), ({}, [])):
+        cfg = {**DEFAULTS, "seed": 1, "answer_match": modes}
+        train, _, _, _ = load_training_data([path], [path], cfg)
+        assert answer_sentences(psg, train[0]) == want

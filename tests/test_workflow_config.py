@@ -146,13 +146,17 @@ with SnakemakeApi(OutputSettings(quiet=None)) as api:
         config_settings=ConfigSettings(config={"scale": sys.argv[3]}),
         resource_settings=ResourceSettings(cores=1), storage_settings=StorageSettings())
     wf.dag()
-    print(json.dumps({r.name: [r.conda_env, "gpu" in r.resources]
+    def found(r):  # where Snakemake looks for the file: relative to the rule's own folder
+        e = r.conda_env
+        return Path(r.basedir.join(e).get_path_or_uri(secret_free=True)).is_file() if isinstance(e, str) else None
+    print(json.dumps({r.name: [r.conda_env, "gpu" in r.resources, found(r)]
                       for r in wf._workflow.rules}))
 """
 
 
 def rule_envs(tmp_path, scale: str) -> dict[str, list]:
-    """rule -> [its conda environment file, whether it declares a `gpu` resource]."""
+    """rule -> [its conda environment file, whether it declares a `gpu` resource, whether
+    that file is where Snakemake looks for it]."""
     import json
     import subprocess
     import sys
@@ -167,15 +171,21 @@ def rule_envs(tmp_path, scale: str) -> dict[str, list]:
 
 def test_gpu_rules_get_the_cuda_environment_at_paper_scale(tmp_path):
     paper = rule_envs(tmp_path, "paper")
-    on_gpu = {r for r, (e, _) in paper.items() if e and e.endswith("gpu.yaml")}
+    on_gpu = {r for r, (e, _, _) in paper.items() if e and e.endswith("gpu.yaml")}
     assert {"train", "encode", "encode_queries", "build_index", "retrieve"} <= on_gpu
     # Exactly the rules that ask for GPUs get the CUDA environment.
-    assert on_gpu == {r for r, (_, gpu) in paper.items() if gpu}
+    assert on_gpu == {r for r, (_, gpu, _) in paper.items() if gpu}
     assert paper["bm25_search"][0].endswith("java.yaml")
     assert paper["evaluate"][0].endswith("cpu.yaml")
     mini = rule_envs(tmp_path, "mini")
-    assert not any(e and e.endswith("gpu.yaml") for e, _ in mini.values())
-    assert all(e for r, (e, _) in mini.items() if r != "all"), "every rule names its environment"
+    assert not any(e and e.endswith("gpu.yaml") for e, _, _ in mini.values())
+    assert all(e for r, (e, _, _) in mini.items() if r != "all"), "every rule names its environment"
+    # Snakemake reads the file (it hashes it into each job's record, conda or not): a rule
+    # derived with `use rule` in a paper's folder resolves it from there (DCSR's hard round
+    # failed so, after each job, until it named its own).
+    for envs in (paper, mini):
+        missing = sorted(r for r, (e, _, found) in envs.items() if e and not found)
+        assert not missing, f"environment files not found for rules {missing}"
 
 
 def test_torch_pins_agree():

@@ -16,11 +16,13 @@ from drpipe.papers import papers
 # Each paper's commands come from the registry (drpipe.papers), after these.
 MODULES = [
     "drpipe.download",
+    "drpipe.standins",
     "drpipe.corpus.cli",
     "drpipe.qa.cli",
     "drpipe.qa.mine_cli",
     "drpipe.bm25",
     "drpipe.training",
+    "drpipe.released",
     "drpipe.encode",
     "drpipe.index",
     "drpipe.retrieve",
@@ -29,6 +31,7 @@ MODULES = [
     "drpipe.papers.table2",
     "drpipe.aopt",
     "drpipe.provenance",
+    "drpipe.summary",
     "drpipe.claims",
     "drpipe.audit",
 ]

@@ -140,6 +140,25 @@ def check_consistency(config: dict, label: str) -> None:
             )
 
 
+def scale_overlay(scales: dict[str, Any], name: str) -> dict:
+    """The overlay of scale ``name``: an overlay with ``extends: OTHER`` is OTHER's overlay
+    (itself resolved) with its own keys merged in, so a scale can be another one with only some
+    values changed (the rehearsal: the paper scale with stand-in inputs and tiny sizes)."""
+    chain: list[str] = []
+    overlay: dict = {}
+    while name is not None:
+        if name in chain:
+            raise ConfigError(f"key scales.{chain[0]}.extends: a cycle ({' -> '.join(chain)})")
+        if name not in scales:
+            where = f"scales.{chain[-1]}.extends" if chain else "scale"
+            raise ConfigError(f"key {where}: '{name}' is not one of the scales {sorted(scales)}")
+        chain.append(name)
+        own = dict(scales[name] or {})
+        name = own.pop("extends", None)
+        overlay = deep_merge(own, overlay)
+    return overlay
+
+
 def resolve(
     raw: dict,
     schema: dict,
@@ -161,8 +180,9 @@ def resolve(
     base = {k: v for k, v in raw.items() if k != "scales"}
     schema = with_methods(with_papers(schema))
     resolved = {}
-    for name, overlay in scales.items():
-        merged = deep_merge(deep_merge(deep_merge(base, overlay or {}), user), overrides)
+    for name in scales:
+        overlay = scale_overlay(scales, name)
+        merged = deep_merge(deep_merge(deep_merge(base, overlay), user), overrides)
         merged["scale"] = name
         label = f"config (scale '{name}')"
         validate(merged, schema, label=label)

@@ -1,11 +1,12 @@
 # Shared helpers: the resolved config (`C`), where inputs land, config slices for params.
 import json
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import drpipe
 from drpipe.codehash import code_hash
 from drpipe.config import (
+    ConfigError,
     method_config,
     method_run_options,
     method_variant,
@@ -186,6 +187,79 @@ def used_sources():
     return sorted(set(names))
 
 
+# --- stand-ins (the rehearsal scale: workflow/rules/standins.smk) ---
+
+STANDIN_SOURCES = (C.get("standins") or {}).get("sources") or {}
+STANDIN_MODELS = (C.get("standins") or {}).get("models") or {}
+for _name in STANDIN_SOURCES:
+    if _name not in C["sources"]:
+        raise ValueError(f"config: standins.sources.{_name} is not a configured source")
+
+
+def model_slug(model):
+    """A hub id as one path component (as Hugging Face's cache names it)."""
+    return "--".join(PurePosixPath(model).parts)
+
+
+def model_id(slug):
+    return str(PurePosixPath(*slug.split("--")))
+
+
+def model_path(model):
+    """Where a model the config names by hub id is read from: its stand-in directory when it
+    has one (the rehearsal), else the id itself (transformers resolves it)."""
+    if model in STANDIN_MODELS:
+        return f"results/data/models/{model_slug(model)}"
+    return model
+
+
+def model_inputs(*models):
+    """The stand-in directories among ``models`` (inputs of the jobs that load them)."""
+    return [model_path(m) for m in models if m in STANDIN_MODELS]
+
+
+def standin_inputs(spec):
+    """A stand-in's inputs: name -> files (sources, or "model:<hub id>" stand-in models)."""
+    out = {}
+    for name, refs in spec["inputs"].items():
+        out[name] = [
+            (
+                model_path(r.removeprefix("model:"))
+                if r.startswith("model:")
+                else source_file(r)
+            )
+            for r in refs
+        ]
+    return out
+
+
+def standin_args(input):
+    """``NAME=PATH`` arguments of `drpipe standin --inputs`."""
+    out = []
+    for k in input.keys():
+        paths = [input[k]] if isinstance(input[k], str) else list(input[k])
+        out += [f"{k}={p}" for p in paths]
+    return " ".join(out)
+
+
+def init_inputs(run):
+    """The stand-in of the encoder a run starts from, if it has one. A run whose variant is
+    not configured (the hard-negative round's "<method>.hard_<miner>", another rule's) starts
+    from its method's encoder."""
+    try:
+        cfg = method_config(C, run)
+    except ConfigError:
+        cfg = method_config(C, split_run_name(run)[0])
+    return model_inputs(cfg["init"])
+
+
+def with_model_paths(cfg):
+    """A training/encoder cfg whose ``init`` is read from its stand-in when it has one."""
+    if cfg.get("init") in STANDIN_MODELS:
+        return {**cfg, "init": model_path(cfg["init"])}
+    return cfg
+
+
 def log_path(rule, name):
     return f"results/logs/{rule}/{name}.log"
 
@@ -314,11 +388,68 @@ def train_set_files(train_set):
     return [train_examples_file(d) for d in C["train_sets"][train_set]]
 
 
+def dataset_match(dataset):
+    """How a dataset's answers match text: its qa config's `match` (CuratedTREC: regex)."""
+    modes = {s.get("match") for s in (C["qa"].get(dataset) or {}).values() if s}
+    modes.discard(None)
+    if len(modes) > 1:
+        raise ValueError(
+            f"config: qa.{dataset} splits match answers differently: {modes}"
+        )
+    return modes.pop() if modes else "string"
+
+
+def train_cfg(w, input):
+    """`drpipe train --cfg`: the run's training cfg (its encoder read from a stand-in where it
+    has one) and, for files of datasets whose answers are not plain strings, how they match
+    (DCSR finds its positive sentences with them)."""
+    cfg = with_model_paths(method_config(C, w.run, w.train_set))
+    datasets = C["train_sets"][w.train_set]
+    modes = {}
+    for files in (input.train, input.val):
+        files = [files] if isinstance(files, str) else list(files)
+        for d, f in zip(datasets, files) if len(files) == len(datasets) else ():
+            if dataset_match(d) != "string":
+                modes[f] = dataset_match(d)
+    return cfg_json({**cfg, **({"answer_match": modes} if modes else {})})
+
+
 def val_set_files(train_set):
     """Development examples of every dataset of a train set (DPR selects checkpoints on dev);
     empty when one lacks them, and the training holds out `val_fraction` instead."""
     names = [C["dev_examples"].get(d) for d in C["train_sets"][train_set]]
     return [source_file(n) for n in names] if all(names) else []
+
+
+# --- released checkpoints (rule released_model) ---
+
+RELEASED_RUN = "dpr.released"
+# Runs that training makes (every run but the released checkpoints).
+TRAINED = "(?!{}/){}".format(RELEASED_RUN.replace(".", "[.]"), RUN)
+
+
+def released_inputs(w):
+    """What loading a released checkpoint reads: its .cp file (a source) and the stand-in
+    directories of the models it names (the rehearsal)."""
+    entry = C["released"][w.train_set]
+    if entry["layout"] == "dpr_cp":
+        return {
+            "checkpoint": source_file(entry["source"]),
+            "models": model_inputs(entry["base"]),
+        }
+    return {"models": model_inputs(entry["question_encoder"], entry["ctx_encoder"])}
+
+
+def released_cfg(train_set):
+    entry = dict(C["released"][train_set])
+    for key in ("question_encoder", "ctx_encoder"):
+        if key in entry:
+            entry[key] = model_path(entry[key])
+    if "base" in entry:
+        entry["base_path"] = model_path(entry["base"])
+    entry.pop("source", None)  # its bytes are the input file
+    lens = {k: C["encoder"][k] for k in ("max_query_len", "max_passage_len")}
+    return {**entry, **lens}
 
 
 # --- encode ---
@@ -409,6 +540,8 @@ SEARCH_KNOBS = ("ef_search", "nprobe")
 # None for a run that is not theirs.
 TABLE2_HOOKS = []
 RUN_REPORT_HOOKS = []
+# Each paper's tables and figures (its rules.smk appends them): what `make rehearse` builds.
+PAPER_TARGETS = []
 
 
 def metrics_file(run, train_set, dataset, split):
@@ -443,8 +576,38 @@ def table2_runs():
                 if C["hybrid"]["enabled"] and cls.hybrid:
                     label = f"BM25+{cls.label}"
                     rows.append((f"{method}+bm25", train_set, dataset, training, label))
+        rows += released_rows(dataset)
     for hook in TABLE2_HOOKS:
         rows += hook()[0]
+    return rows
+
+
+RELEASED_SUFFIX = " (released checkpoint)"
+RELEASED_LABEL = f"DPR{RELEASED_SUFFIX}"
+
+
+def released_rows(dataset):
+    """Table 2 rows of DPR's released checkpoints on ``dataset``: where our DPR of the same
+    train set has a row (Single: tables.single; Multi: DPR's Multi set), and its BM25 hybrid
+    when the weight is fixed (tuning needs the held-out questions of a training run)."""
+    rows = []
+    for training, ts in (
+        ("Single", C["tables"]["single"].get(dataset)),
+        ("Multi", multi_train_set("dpr")),
+    ):
+        if ts is None or ts not in C["released"]:
+            continue
+        rows.append((RELEASED_RUN, ts, dataset, training, RELEASED_LABEL))
+        if C["hybrid"]["enabled"] and C["hybrid"]["lambda"] != "tune":
+            rows.append(
+                (
+                    f"{RELEASED_RUN}+bm25",
+                    ts,
+                    dataset,
+                    training,
+                    f"BM25+{RELEASED_LABEL}",
+                )
+            )
     return rows
 
 
@@ -467,6 +630,9 @@ def table2_row_map():
             "paper": paper_of_run(run),
             **extras.get(run, {}),
         }
+        if run.startswith(RELEASED_RUN):
+            # Beside the numbers the paper printed for the model it released.
+            rows[run]["paper_method"] = label.removesuffix(RELEASED_SUFFIX)
     return rows
 
 
@@ -548,6 +714,8 @@ def table2_setup():
             for _, ts, _, training, _ in table2_runs()
             if training == "Multi"
         },
+        # DPR's released checkpoints behind the "(released checkpoint)" rows (if any).
+        **({"released": C["released"]} if C["released"] else {}),
         # A train set with dev files selects on them (val_set_files); else the held-out fraction.
         "validation": {
             ts: "dev" if val_set_files(ts) else max(fractions)
@@ -625,6 +793,30 @@ def used_source_records():
             how = C["train_examples"].get(d, "mine")
             names.add(qa_split(d, "train")["source"] if how == "mine" else how)
     return [source_record(n) for n in sorted(names)]
+
+
+def summary_cfg():
+    """What the run summary says from config: each paper's Multi set, epochs per train set
+    (per method), the configured depths and index types."""
+    multi = {}
+    for p in papers():
+        for m in p.methods:
+            ts = multi_train_set(m) if m in METHODS else None
+            if ts:
+                multi[p.key] = (ts, C["train_sets"][ts])
+    epochs = {
+        m: {ts: method_config(C, m, ts)["epochs"] for ts in sorted(C["train_sets"])}
+        for m in C["tables"]["methods"]
+    }
+    depths = {
+        "bm25.hits": C["bm25"]["hits"],
+        "mining.depth": C["mining"]["depth"],
+        "hybrid.depth": C["hybrid"]["depth"],
+        "hybrid.lambda": C["hybrid"]["lambda"],
+        "retrieve.top_k": C["retrieve"]["top_k"],
+        "index.type": C["index"]["type"],
+    }
+    return {"scale": SCALE, "multi_sets": multi, "epochs": epochs, "depths": depths}
 
 
 # --- corpus subsets (rules in subsets.smk; any method can be evaluated on a subset) ---

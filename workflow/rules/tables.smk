@@ -60,3 +60,25 @@ rule provenance:
         "drpipe provenance --records {input.records:q} --reports {input.reports:q}"
         " --benchmarks results/benchmarks/rules --repo {params.repo:q} --out {output:q}"
         " --cfg {params.cfg:q} 2> {log:q}"
+
+
+# One page on what the run did (make rehearse ends with it): jobs per rule, training
+# examples kept and dropped, Multi sets, epochs, index types, depths, tables written.
+rule run_summary:
+    input:
+        tables=["results/table2.csv", "results/provenance.json", *PAPER_TARGETS],
+    output:
+        md="results/run_summary.md",
+        json="results/run_summary.json",
+    log:
+        "results/logs/tables/run_summary.log",
+    benchmark:
+        "results/benchmarks/rules/tables/run_summary.tsv"
+    conda:
+        env()
+    params:
+        cfg=cfg_json(summary_cfg()),
+        code=code("drpipe.summary"),
+    shell:
+        "drpipe run-summary --workdir . --out {output.md:q} --json {output.json:q}"
+        " --cfg {params.cfg:q} > {log:q} 2>&1"

@@ -6,6 +6,7 @@ rule train:
         unpack(lambda w: train_corpus(w.run)),
         train=lambda w: train_set_files(w.train_set),
         val=lambda w: val_set_files(w.train_set),
+        init=lambda w: init_inputs(w.run),
     output:
         model=directory("results/models/{run}/{train_set}"),
         report="results/models/{run}/{train_set}.report.json",
@@ -14,7 +15,7 @@ rule train:
     benchmark:
         "results/benchmarks/rules/train/{run}/{train_set}.tsv"
     wildcard_constraints:
-        run=RUN,
+        run=TRAINED,
     conda:
         env(gpu=True)
     threads: C["threads"]
@@ -31,7 +32,7 @@ rule train:
             if method_class(run_method(w.run)).train_corpus
             else ""
         ),
-        cfg=lambda w: cfg_json(method_config(C, w.run, w.train_set)),
+        cfg=train_cfg,
         opts=runtime(lambda w: options(method_run_options(C, w.run))),
         code=lambda w: method_code(w.run, "drpipe.training"),
     shell:
@@ -41,6 +42,8 @@ rule train:
 
 
 rule init_model:
+    input:
+        model_inputs(C["encoder"]["init"]),
     output:
         directory("results/models/init/none"),
     log:
@@ -50,7 +53,37 @@ rule init_model:
     conda:
         env()
     params:
-        cfg=cfg_json(C["encoder"]),
+        cfg=cfg_json(with_model_paths(C["encoder"])),
         code=code("drpipe.training"),
     shell:
         "drpipe init-model --out {output:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+# DPR's released checkpoints (config `released`), evaluated without training: run
+# "dpr.released" of the train set the checkpoint was trained on (the train rule makes every
+# other run). Encoding, retrieval and evaluation are the generic rules'.
+
+
+rule released_model:
+    input:
+        unpack(released_inputs),
+    output:
+        model=directory("results/models/dpr.released/{train_set}"),
+        report="results/models/dpr.released/{train_set}.report.json",
+    log:
+        "results/logs/released_model/{train_set}.log",
+    benchmark:
+        "results/benchmarks/rules/released_model/{train_set}.tsv"
+    wildcard_constraints:
+        train_set="|".join(C["released"]) or "(?!)",
+    conda:
+        env()
+    params:
+        checkpoint=lambda w, input: (
+            f"--checkpoint {input.checkpoint}" if "checkpoint" in input.keys() else ""
+        ),
+        cfg=lambda w: cfg_json(released_cfg(w.train_set)),
+        code=code("drpipe.released"),
+    shell:
+        "drpipe released-model --out {output.model:q} {params.checkpoint}"
+        " --report {output.report:q} --cfg {params.cfg:q} 2> {log:q}"

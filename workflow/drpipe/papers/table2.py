@@ -160,7 +160,11 @@ def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any)
             if source is not None:
                 numbers = numbers_of(key, source.table)
                 setting = training if source.by_setting else None
-                theirs = _paper_cell(numbers, setting, label, d, k)
+                # A row may stand beside another row label's numbers (a released checkpoint
+                # beside the numbers its paper printed for it).
+                theirs = _paper_cell(
+                    numbers, setting, row_map[m["method"]].get("paper_method", label), d, k
+                )
                 if theirs is not None:
                     row["_cite"] = source.cite
             row[f"{d}_top{k}"] = r2(ours)

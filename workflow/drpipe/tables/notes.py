@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from drpipe.tables.compare import PAPER_SCALE
+from drpipe.tables.compare import PAPER_SCALE, REHEARSAL_SCALE
 
 # Where our setup differs from the papers', said beside the numbers: each Table 2 row names
 # the notes that apply to it (CSV column "notes"); the markdown prints their text, written
@@ -17,7 +17,12 @@ from drpipe.tables.compare import PAPER_SCALE
 # "paper": a row whose method no paper lists (it has no paper value).
 # "multi": a Multi row of a table whose Multi rows train on more than one set (each paper's own).
 # "precision": a row whose training or encoding recorded a precision (drpipe.tables.precision).
-NOTE_ORDER = ("scale", "bm25", "hybrid", "training", "multi", "validation", "precision", "paper")
+NOTE_ORDER = (
+    "scale", "bm25", "hybrid", "released", "training", "multi", "validation", "precision",
+    "paper",
+)  # fmt: skip
+# The run of DPR's released checkpoints (evaluated without training: no training notes).
+RELEASED_RUN = "dpr.released"
 
 
 def row_kinds(run: str, train_set: str | None) -> set[str]:
@@ -26,7 +31,9 @@ def row_kinds(run: str, train_set: str | None) -> set[str]:
         kinds.add("bm25")
     if "+bm25" in run:
         kinds |= {"bm25", "hybrid"}
-    if train_set and train_set != "none":
+    if run.split("+")[0] == RELEASED_RUN:
+        kinds.add("released")
+    elif train_set and train_set != "none":
         kinds |= {"training", "validation"}
     return kinds
 
@@ -43,7 +50,14 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
     batch_size), ``multi_sets`` (train set of Multi rows -> its datasets) and ``validation``
     (train set -> ``dev`` or the held-out fraction)."""
     notes: dict[str, str] = {}
-    if scale != PAPER_SCALE:
+    if scale == REHEARSAL_SCALE:
+        notes["scale"] = (
+            "Scale `rehearsal`: the paper scale's DAG on stand-in inputs of the papers' formats "
+            "(README, 'On a cluster') and a tiny random BERT-shaped encoder. Its numbers mean "
+            "nothing; its structure (rows, columns, the paper-scale diff and tolerance) is the "
+            "paper scale's."
+        )
+    elif scale != PAPER_SCALE:
         notes["scale"] = (
             f"Scale `{scale}`: a corpus of thousands of passages (README, 'Scales') instead "
             f"of 21M Wikipedia passages, and the encoder {setup.get('encoder', '?')} instead of "
@@ -109,6 +123,22 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
         )
     elif validation:
         notes["validation"] = "Checkpoints are selected on DPR's dev biencoder files, as DPR."
+    released = setup.get("released") or {}
+    if released:
+        where = "; ".join(
+            f"{ts}: "
+            + (
+                f"{r['question_encoder']} and {r['ctx_encoder']} (Hugging Face)"
+                if r["layout"] == "hf"
+                else f"DPR's checkpoint file {r['source']} on {r['base']}"
+            )
+            for ts, r in sorted(released.items())
+        )
+        notes["released"] = (
+            f"DPR's released encoders, evaluated without training ({where}): the paper's "
+            "numbers beside them are DPR's for the model it released; the difference is "
+            "ours (corpus, BM25, evaluation), not training."
+        )
     notes["paper"] = (
         "No paper of this workflow (workflow/drpipe/papers) lists this row's method, so the row "
         "has no paper value: it is ours alone."

@@ -71,8 +71,17 @@ def load_training_data(
     counts: dict[str, Any] = {"n_read": 0, "n_discarded_no_positive": 0}
     examples: list[dict] = []
     files: list[str] = []
-    for p in train_paths:
+    modes = cfg.get("answer_match") or {}
+
+    def read(p: Path) -> tuple[list[dict], int]:
         ex, dropped = read_examples(p)
+        if str(p) in modes:
+            for e in ex:
+                e.setdefault("match", modes[str(p)])
+        return ex, dropped
+
+    for p in train_paths:
+        ex, dropped = read(p)
         examples += ex
         files += [str(p)] * len(ex)
         counts["n_read"] += len(ex) + dropped
@@ -83,7 +92,7 @@ def load_training_data(
     if val_paths:
         val, val_files = [], []
         for p in val_paths:
-            ex, dropped = read_examples(p)
+            ex, dropped = read(p)
             val += ex
             val_files += [str(p)] * len(ex)
             counts["n_val_discarded_no_positive"] = (

@@ -55,6 +55,10 @@ DEFAULTS: dict[str, Any] = {
     "checkpoint_every": 500,
     "max_examples": None,
     "max_dropped_fraction": 0.05,
+    # Training file -> how its answers match text ("regex": CuratedTREC's answers are regular
+    # expressions), for methods that look for answers (DCSR's positive sentences). Set by the
+    # train rule from the datasets' qa config; a record's own "match" wins.
+    "answer_match": {},
     "threads": None,
     "log_every": 20,
 }

@@ -293,3 +293,8 @@ rule aopt_table3:
     shell:
         "drpipe tables-aopt table3 --metrics {input:q} --out {output.csv:q}"
         " --md {output.md:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+PAPER_TARGETS.extend(
+    ["results/aopt/table3.csv", "results/aopt/figure6.png", "results/aopt/figure7.png"]
+)

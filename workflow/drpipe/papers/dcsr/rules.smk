@@ -29,6 +29,9 @@ use rule mine as mine_hard with:
         "results/logs/mine_hard/{dataset}-{miner}-{train_set}.log",
     benchmark:
         "results/benchmarks/rules/mine_hard/{dataset}-{miner}-{train_set}.tsv"
+    # A derived rule resolves its environment from this folder: name it from here.
+    conda:
+        env()
 
 
 use rule train as train_hard with:
@@ -39,6 +42,7 @@ use rule train as train_hard with:
             for d in C["train_sets"][w.train_set]
         ],
         val=lambda w: val_set_files(w.train_set),
+        init=lambda w: init_inputs(w.run),
     output:
         model=directory("results/models/{run}.hard_{miner}/{train_set}"),
         report="results/models/{run}.hard_{miner}/{train_set}.report.json",
@@ -48,6 +52,9 @@ use rule train as train_hard with:
         "results/benchmarks/rules/train/{run}.hard_{miner}/{train_set}.tsv"
     wildcard_constraints:
         run="|".join(METHODS),
+    # A derived rule resolves its environment from this folder: name it from here.
+    conda:
+        env(gpu=True)
 
 
 # Paper scale: the miner's retrieval over the questions of DPR's released training file (a
@@ -92,6 +99,9 @@ use rule encode_queries as encode_released_queries with:
         "results/logs/encode_queries/{run}/{train_set}/{dataset}-train.released.log",
     benchmark:
         "results/benchmarks/rules/encode_queries/{run}/{train_set}/{dataset}-train.released.tsv"
+    # A derived rule resolves its environment from this folder: name it from here.
+    conda:
+        env(gpu=True)
 
 
 use rule retrieve as retrieve_released with:
@@ -106,6 +116,9 @@ use rule retrieve as retrieve_released with:
         "results/logs/retrieve/{run}/{train_set}/{dataset}-train.released.log",
     benchmark:
         "results/benchmarks/rules/retrieve/{run}/{train_set}/{dataset}-train.released.tsv"
+    # A derived rule resolves its environment from this folder: name it from here.
+    conda:
+        env(gpu=True)
 
 
 # --- tables
@@ -174,3 +187,10 @@ rule dcsr_vectors:
         "drpipe tables-dcsr vectors --passages {input.passages:q}"
         " --sentences-report {input.sentences:q} --retrieve-report {input.retrieve:q}"
         " --model {input.model:q} --out {output:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+# Table 6 needs TriviaQA and NQ training data: built where configured (the paper scale).
+PAPER_TARGETS.extend(
+    [f"results/dcsr/table{t}.csv" for t in CELLS if t != "6" or dcsr_tcfg("table6")]
+    + ["results/dcsr/figure4.png"]
+)

@@ -74,3 +74,6 @@ rule figure1:
     shell:
         "drpipe tables figure1 --per-question {input:q} --labels {params.labels:q}"
         " --out {output.png:q} --csv {output.csv:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+PAPER_TARGETS.extend(["results/dpr/table3.csv", "results/dpr/figure1.png"])

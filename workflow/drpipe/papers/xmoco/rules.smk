@@ -72,3 +72,12 @@ rule xmoco_figure2:
     shell:
         "drpipe tables-xmoco figure2 --metrics {input:q} --out {output.png:q}"
         " --csv {output.csv:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+PAPER_TARGETS.extend(
+    [
+        "results/xmoco/table2.csv",
+        "results/xmoco/table3.csv",
+        "results/xmoco/figure2.png",
+    ]
+)

@@ -1,0 +1,188 @@
+"""The rehearsal scale: the paper scale's DAG on stand-in inputs of the papers' formats.
+
+- a scale overlay can extend another (``extends: paper``);
+- each stand-in kind writes its format so the pipeline's own readers take it;
+- the rehearsal's DAG is the paper scale's, job for job, but for where inputs come from (dry
+  runs of both);
+- a reduced rehearsal (one Single train set and each paper's Multi set, and DPR's released
+  checkpoints in both layouts) runs end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+from workflow_util import REPO, planned_jobs, snakemake
+
+from drpipe.config import ConfigError, scale_overlay
+from drpipe.corpus.sources import iter_dpr_tsv
+from drpipe.corpus.wiki import drop_reason, iter_pages
+from drpipe.qa.datasets import load_questions
+from drpipe.standins import make_standin
+from drpipe.training.data import read_examples
+
+RAW = yaml.safe_load((REPO / "config.yaml").read_text())
+
+
+def test_a_scale_extends_another() -> None:
+    scales = {
+        "paper": {"encode": {"shards": 50, "batch_size": 512}, "index": {"type": "hnsw"}},
+        "rehearsal": {"extends": "paper", "encode": {"shards": 1}},
+        "loop": {"extends": "loop2"},
+        "loop2": {"extends": "loop"},
+        "orphan": {"extends": "nowhere"},
+    }
+    assert scale_overlay(scales, "rehearsal") == {
+        "encode": {"shards": 1, "batch_size": 512},
+        "index": {"type": "hnsw"},
+    }
+    with pytest.raises(ConfigError, match="a cycle"):
+        scale_overlay(scales, "loop")
+    with pytest.raises(ConfigError, match="scales.orphan.extends: 'nowhere'"):
+        scale_overlay(scales, "orphan")
+
+
+def test_the_rehearsal_changes_only_inputs_and_sizes() -> None:
+    """Its own overlay touches no key that shapes the DAG beyond inputs and sizes."""
+    own = RAW["scales"]["rehearsal"]
+    assert own["extends"] == "paper"
+    assert set(own) == {"extends", "threads", "qa", "encode", "methods", "tables", "standins"}
+    sizes = {"epochs", "epochs_by_train_set", "max_dropped_fraction"}  # a share of tiny files
+    assert all(set(m) <= sizes for m in own["methods"].values())
+    assert all(set(s) == {"sample"} for d in own["qa"].values() for s in d.values())
+    assert set(own["tables"]) == {"dcsr"}  # corpus subsets: sizes
+    assert all(set(t) <= {"subset", "subsets"} for t in own["tables"]["dcsr"].values())
+
+
+def _mirror_standin(tmp: Path, mirror: Path, kind: str, out: str, cfg: dict, **inputs) -> Path:
+    paths = {k: [mirror / p for p in v] for k, v in inputs.items()}
+    record = make_standin(kind, paths, tmp / out, cfg)
+    assert record["origin"] == "stand-in" and record["made_from"]
+    return tmp / out
+
+
+POOL = {"passages": ["dpr/psgs_w100.sample.tsv"],
+        "squad": ["squad/squad-train-v1.1.reconstructed.json.gz"]}  # fmt: skip
+
+
+def test_standins_are_read_by_the_pipelines_readers(tmp_path: Path, data_mirror: Path) -> None:
+    pool_cfg = {"squad_articles": 1}
+    # DPR's biencoder JSON (gzip): positives hold an answer, one record has none (DPR's filter).
+    path = _mirror_standin(
+        tmp_path, data_mirror, "biencoder", "biencoder-trec-train.json.gz",
+        {**pool_cfg, "dataset_name": "curatedtrec_train", "format": "curatedtrec-tsv",
+         "match": "regex", "n": 3, "no_positive": 1, "hard_negatives": 2, "negatives": 2},
+        questions=["curatedtrec/large2180-train.tsv"], **POOL,
+    )  # fmt: skip
+    kept, dropped = read_examples(path)
+    assert (len(kept), dropped) == (3, 1)
+    for ex in kept:
+        assert set(ex) >= {"dataset", "question", "answers", "positive_ctxs", "negative_ctxs",
+                           "hard_negative_ctxs"}  # fmt: skip
+        assert any(re.search(a, ex["positive_ctxs"][0]["text"], re.I) for a in ex["answers"])
+        assert len(ex["hard_negative_ctxs"]) == 2 and ex["positive_ctxs"][0]["score"] == 1000
+    # DPR's question CSV (gzip, as trivia-test.qa.csv.gz), question text unchanged.
+    path = _mirror_standin(
+        tmp_path, data_mirror, "qa_csv", "trivia-test.qa.csv.gz",
+        {"format": "squad", "offset": 5, "n": 7},
+        questions=["squad/squad-train-v1.1.reconstructed.json.gz"],
+    )  # fmt: skip
+    qs, _ = load_questions("dpr-qa-csv", path, "triviaqa", "test")
+    src, _ = load_questions(
+        "squad", data_mirror / "squad/squad-train-v1.1.reconstructed.json.gz", "s", "x"
+    )
+    assert [q["answers"] for q in qs] == [q["answers"] for q in src[5:12]]
+    # psgs_w100.tsv (gzip): the sample's passages, then the SQuAD paragraphs.
+    path = _mirror_standin(tmp_path, data_mirror, "psgs_w100", "psgs_w100.tsv.gz", pool_cfg, **POOL)
+    rows = list(iter_dpr_tsv(path))
+    assert len(rows) > 751 and rows[0][0] == 128529
+    # The dump: pool pages (kept by the DrQA filters), then the real dump's first articles.
+    path = _mirror_standin(
+        tmp_path, data_mirror, "wiki_dump", "enwiki.xml.bz2", {**pool_cfg, "dump_pages": 3},
+        dump=["wikipedia/enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"],
+        **POOL,
+    )  # fmt: skip
+    pages = list(iter_pages(path))
+    kept_pages = [p for p in pages if drop_reason(p) is None]
+    assert sum(p.page_id < 90_000_000 for p in kept_pages) == 3
+    assert {"Great Lakes", "Does He Love You"} <= {p.title for p in kept_pages}
+
+
+def _job_counts(jobs: set[tuple[str, str]]) -> Counter[str]:
+    return Counter(rule for rule, _ in jobs)
+
+
+TARGETS = ("results/run_summary.md",)
+INPUT_RULES = {"fetch", "standin", "standin_model"}
+# The rehearsal's corpus subsets stand for the paper's (sizes).
+SUBSETS = {"subsets/n600": "subsets/n1050000", "subsets/n150": "subsets/n100000"}
+
+
+@pytest.mark.slow
+def test_rehearsal_dag_is_the_paper_dag(tmp_path: Path) -> None:
+    """Job for job the paper scale's (one encoding shard, as the rehearsal), but for where the
+    inputs come from: every paper input the paper fetches is fetched or stood in for."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "r").mkdir()
+    paper = planned_jobs(
+        tmp_path / "p", *TARGETS, overlay={"scale": "paper", "encode": {"shards": 1}}
+    )
+    rehearsal = planned_jobs(tmp_path / "r", *TARGETS, overlay={"scale": "rehearsal"})
+
+    def norm(out: str) -> str:
+        for a, b in SUBSETS.items():
+            out = out.replace(a, b)
+        return out
+
+    core_p = {(r, o) for r, o in paper if r not in INPUT_RULES}
+    core_r = {(r, norm(o)) for r, o in rehearsal if r not in INPUT_RULES}
+    assert core_p == core_r
+    inputs_r = {o for r, o in rehearsal if r in INPUT_RULES}
+    assert {o for r, o in paper if r == "fetch"} <= inputs_r
+    counts = _job_counts(core_r)
+    # Every paper table, DPR's released checkpoints in both layouts, the paper's index type.
+    assert counts["released_model"] == 2 and counts["dcsr_table"] == 7
+    assert {o for r, o in core_r if r == "build_index"} and all(
+        o.endswith("hnsw.faiss") for r, o in core_r if r == "build_index"
+    )
+
+
+REDUCED = {
+    "scale": "rehearsal",
+    # One Single train set (NQ) and the Multi set of each paper: DPR's (and xMoCo's), DCSR's.
+    "tables": {"datasets": ["nq"], "methods": ["dpr", "dcsr"]},
+    "hybrid": {"enabled": False},
+}
+
+
+def _reduced_targets() -> list[str]:
+    runs = [("dpr", "nq"), ("dpr", "multi"), ("dcsr", "dcsr_multi"),
+            ("dpr.released", "nq"), ("dpr.released", "multi")]  # fmt: skip
+    return [f"results/metrics/{r}/{ts}/nq-test.json" for r, ts in runs]
+
+
+@pytest.mark.slow
+def test_reduced_rehearsal_runs(shared_tmp: Path, data_mirror: Path) -> None:
+    work = shared_tmp / "rehearsal-reduced"
+    work.mkdir()
+    snakemake(work, *_reduced_targets(), overlay=REDUCED)
+    for target in _reduced_targets():
+        metrics = json.loads((work / target).read_text())
+        assert metrics["n_questions"] == 24
+    # The paper's epochs and validation on dev files; DPR's filter counted, never silent.
+    rep = json.loads((work / "results/models/dpr/multi.report.json").read_text())
+    assert rep["epochs"] == 2 and rep["val_files"] and rep["n_discarded_no_positive"] == 4
+    rep = json.loads((work / "results/models/dcsr/dcsr_multi.report.json").read_text())
+    assert rep["epochs"] == 2 and len(rep["train_files"]) == 3
+    assert {Path(f).name for f in rep["train_files"]} == {
+        "biencoder-nq-train.json.gz", "biencoder-trivia-train.json.gz",
+        "biencoder-squad1-train.json.gz",
+    }  # fmt: skip
+    for ts, layout in (("nq", "hf"), ("multi", "dpr_cp")):
+        rep = json.loads((work / f"results/models/dpr.released/{ts}.report.json").read_text())
+        assert rep["layout"] == layout and rep["trained_here"] is False
