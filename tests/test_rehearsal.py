@@ -166,7 +166,10 @@ def _reduced_targets() -> list[str]:
     return [f"results/metrics/{r}/{ts}/nq-test.json" for r, ts in runs]
 
 
+# Not yet in `make test`: it has not been timed against the suite's 15-minute budget
+# (`make test PYTEST_ARGS="-m extended"` runs it).
 @pytest.mark.slow
+@pytest.mark.extended
 def test_reduced_rehearsal_runs(shared_tmp: Path, data_mirror: Path) -> None:
     work = shared_tmp / "rehearsal-reduced"
     work.mkdir()

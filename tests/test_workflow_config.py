@@ -102,8 +102,9 @@ def test_paper_scale_dag_builds_quickly(tmp_path):
         assert any(o.startswith(f"results/data/{name}/") for o in outputs), name
     assert set(paper["dev_examples"]) == {"nq", "triviaqa", "wq", "trec", "squad"}
     assert "results/index/dpr/multi/hnsw.faiss" in outputs
-    # 50 shards for the initial encoder and for each method x (5 single + multi) train sets.
-    n_runs = 1 + len(paper["tables"]["methods"]) * 6
+    # 50 shards for the initial encoder, for each method x (5 single + multi) train sets, and
+    # for each of DPR's released checkpoints (evaluated without training).
+    n_runs = 1 + len(paper["tables"]["methods"]) * 6 + len(paper["released"])
     assert sum(r == "encode" for r, _ in jobs) == n_runs * 50
     print(f"paper-scale dry run: {len(jobs)} jobs in {elapsed:.1f} s")
     assert elapsed < 120
