@@ -86,11 +86,16 @@ _BUILDER: subprocess.Popen | None = None
 def pytest_collection_modifyitems(config, items):
     """Tests that need no tiny run first; start building the runs the others need."""
     global _BUILDER
-    needs = [[f for f in runs.NEEDS if f in getattr(i, "fixturenames", ())] for i in items]
-    items[:] = [i for i, n in zip(items, needs, strict=True) if not n] + [
-        i for i, n in zip(items, needs, strict=True) if n
-    ]
-    names = list(dict.fromkeys(r for n in needs for f in n for r in runs.NEEDS[f]))
+    needs = {
+        i.nodeid: {r for f in runs.NEEDS if f in getattr(i, "fixturenames", ()) for r in runs.NEEDS[f]}
+        for i in items
+    }  # fmt: skip
+
+    def ready(item) -> int:  # builder steps until the last run the item needs is there
+        return max((runs.ORDER.index(r) + 1 for r in needs[item.nodeid]), default=0)
+
+    items.sort(key=ready)  # stable: within a step, collection order
+    names = [r for r in runs.ORDER if any(r in n for n in needs.values())]
     factory = getattr(config, "_tmp_path_factory", None)  # pytest's own, as tmp_path uses
     if not names or factory is None or config.getoption("collectonly") or not mirror_dir().is_dir():
         return

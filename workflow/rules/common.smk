@@ -399,14 +399,15 @@ def dataset_match(dataset):
     return modes.pop() if modes else "string"
 
 
-def train_cfg(w, input):
+def train_cfg(w):
     """`drpipe train --cfg`: the run's training cfg (its encoder read from a stand-in where it
     has one) and, for files of datasets whose answers are not plain strings, how they match
-    (DCSR finds its positive sentences with them)."""
+    (DCSR finds its positive sentences with them). From the wildcards only, not `input`:
+    Snakemake does not compare a param that reads `input` when it decides what reruns."""
     cfg = with_model_paths(method_config(C, w.run, w.train_set))
     datasets = C["train_sets"][w.train_set]
     modes = {}
-    for files in (input.train, input.val):
+    for files in (train_set_files(w.train_set), val_set_files(w.train_set)):
         files = [files] if isinstance(files, str) else list(files)
         for d, f in zip(datasets, files) if len(files) == len(datasets) else ():
             if dataset_match(d) != "string":
