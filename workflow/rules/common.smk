@@ -403,7 +403,8 @@ def train_cfg(w):
     """`drpipe train --cfg`: the run's training cfg (its encoder read from a stand-in where it
     has one) and, for files of datasets whose answers are not plain strings, how they match
     (DCSR finds its positive sentences with them). From the wildcards only, not `input`:
-    Snakemake does not compare a param that reads `input` when it decides what reruns."""
+    Snakemake does not compare a param that reads `input` when it decides what reruns.
+    """
     cfg = with_model_paths(method_config(C, w.run, w.train_set))
     datasets = C["train_sets"][w.train_set]
     modes = {}
