@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_dcsr_method import tiny_cfg
 from tiny_models import save_tiny_bert
 
 from drpipe.corpus.passages import PASSAGE_SCHEMA
@@ -148,11 +149,10 @@ def tiny_bert(tmp_path_factory, released) -> str:
 
 
 def _cfg(init: str, **over) -> dict:
-    cfg = {"init": init, "pooling": "cls", "tied": False, "dropout": 0.1, "max_query_len": 32,
-           "max_passage_len": 256, "lr": 1e-3, "warmup_steps": 1, "epochs": 1, "batch_size": 2,
-           "val_fraction": 0.0, "checkpoint_every": 100, "bf16": "off", "threads": 1,
-           "log_every": 1}  # fmt: skip
-    return {**cfg, **over}
+    """test_dcsr_method's tiny DCSR cfg, one short epoch with nothing held out."""
+    one_epoch = {"warmup_steps": 1, "epochs": 1, "batch_size": 2, "val_fraction": 0.0,
+                 "checkpoint_every": 100}  # fmt: skip
+    return tiny_cfg(init, **one_epoch, **over)
 
 
 def test_training_on_released_files(released, tiny_bert, tmp_path):
