@@ -25,6 +25,7 @@ MODULES = [
     "drpipe.index",
     "drpipe.retrieve",
     "drpipe.evaluate",
+    "drpipe.reader",
     "drpipe.subsets",
     "drpipe.papers.table2",
     "drpipe.aopt",
