@@ -18,7 +18,6 @@ import logging
 import random
 import shutil
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -180,7 +179,9 @@ class ReaderTrainer:
     def validate(self) -> dict[str, Any]:
         k = int(self.cfg["val_k"])
         qs = {q["qid"]: q for q in self.val_questions}
-        pairs = [(q["qid"], p) for q in self.val_questions for p in self.ranked.get(q["qid"], [])[:k]]
+        pairs = [
+            (q["qid"], p) for q in self.val_questions for p in self.ranked.get(q["qid"], [])[:k]
+        ]
         rows = score_pairs(
             self.reader, pairs, qs, self.passages, batch_size=int(self.cfg["eval_batch_size"]),
             device=self.device, bf16=self.bf16, tokens=self.tokens, show_progress=False,
@@ -325,4 +326,3 @@ def train_reader(
     ``stop_after``: return after that many steps (a killed job, for resume tests)."""
     trainer = ReaderTrainer(run_path, questions_path, passages_path, out_dir, cfg, gold_path)
     return trainer.run(stop_after)
-
