@@ -1,0 +1,177 @@
+# End-to-end QA (DPR section 6.1): a reader over every Table 2 retriever row's top-k passages.
+# Local scales: one reader shared by all rows (reader.train_run's results trained it);
+# reader.per_retriever: one per (retriever, train set); reader.released: a released reader.
+# Scores per (question, passage) are computed once per reader over the union of the rows'
+# top passages (results/reader_scores/), and every row reads its predictions from them.
+
+RC = C["reader"]
+READER_KEYS = (
+    "init", "passages", "depth", "batch_size", "epochs", "lr", "warmup_ratio", "weight_decay",
+    "grad_clip", "dropout", "max_len", "max_question_len", "max_answer_len", "val_fraction",
+    "val_k", "seed", "bf16",
+)  # fmt: skip
+ANY_RUN = "[A-Za-z0-9_.+-]+"
+
+
+def table4_rows():
+    """(run, train_set, dataset) of every Table 4 cell: Table 2's rows on reader.datasets."""
+    return [(r, ts, d) for r, ts, d, _, _ in table2_runs() if d in RC["datasets"]]
+
+
+def reader_of(run, train_set):
+    """The (run, train_set) whose reader reads this row: 'released', the shared one, or its own."""
+    if RC["released"]:
+        return ("released", "none")
+    if RC["per_retriever"]:
+        return (run, train_set)
+    return (RC["train_run"]["run"], RC["train_run"]["train_set"])
+
+
+def reader_rows(rrun, rts, dataset):
+    """The rows one reader reads on `dataset`."""
+    return [
+        (r, ts)
+        for r, ts, d in table4_rows()
+        if d == dataset and reader_of(r, ts) == (rrun, rts)
+    ]
+
+
+def reader_dir(rrun, rts, dataset):
+    return [] if rrun == "released" else [f"results/readers/{rrun}/{rts}/{dataset}"]
+
+
+def reader_scores(run, train_set, dataset, split):
+    rrun, rts = reader_of(run, train_set)
+    return f"results/reader_scores/{rrun}/{rts}/{dataset}-{split}.parquet"
+
+
+def table4_inputs():
+    split = C["tables"]["split"]
+    return [f"results/answers/{r}/{ts}/{d}-{split}.json" for r, ts, d in table4_rows()]
+
+
+rule reader_train:
+    input:
+        run="results/runs/{rrun}/{rts}/{dataset}-train.parquet",
+        questions="results/qa/{dataset}/train.parquet",
+        passages="results/corpus/passages.parquet",
+        gold=lambda w: (
+            [train_examples_file(w.dataset)]
+            if C["train_examples"].get(w.dataset, "mine") == "mine"
+            else []
+        ),
+    output:
+        reader=directory("results/readers/{rrun}/{rts}/{dataset}"),
+        report="results/readers/{rrun}/{rts}/{dataset}.report.json",
+    log:
+        "results/logs/reader_train/{rrun}/{rts}/{dataset}.log",
+    benchmark:
+        "results/benchmarks/rules/reader_train/{rrun}/{rts}/{dataset}.tsv"
+    wildcard_constraints:
+        rrun=ANY_RUN,
+    conda:
+        env(gpu=True)
+    threads: C["threads"]
+    resources:
+        gpu=lambda w: gpus(8),
+    params:
+        gold=lambda w, input: f"--gold {input.gold[0]}" if input.gold else "",
+        cfg=cfg_json({k: RC[k] for k in READER_KEYS}),
+        opts=runtime(lambda w: options({"checkpoint_every": RC["checkpoint_every"]})),
+        code=code("drpipe.reader"),
+    shell:
+        "drpipe reader train --run {input.run:q} --questions {input.questions:q}"
+        " --passages {input.passages:q} {params.gold} --out {output.reader:q}"
+        " --report {output.report:q} --cfg {params.cfg:q} {params.opts}"
+        " --threads {threads} --nproc {resources.gpu} 2> {log:q}"
+
+
+rule reader_score:
+    input:
+        reader=lambda w: reader_dir(w.rrun, w.rts, w.dataset),
+        questions="results/qa/{dataset}/{split}.parquet",
+        passages="results/corpus/passages.parquet",
+        runs=lambda w: [
+            f"results/runs/{r}/{ts}/{w.dataset}-{w.split}.parquet"
+            for r, ts in reader_rows(w.rrun, w.rts, w.dataset)
+        ],
+    output:
+        scores="results/reader_scores/{rrun}/{rts}/{dataset}-{split}.parquet",
+        report="results/reader_scores/{rrun}/{rts}/{dataset}-{split}.report.json",
+    log:
+        "results/logs/reader_score/{rrun}/{rts}/{dataset}-{split}.log",
+    benchmark:
+        "results/benchmarks/rules/reader_score/{rrun}/{rts}/{dataset}-{split}.tsv"
+    wildcard_constraints:
+        rrun=ANY_RUN,
+    conda:
+        env(gpu=True)
+    threads: C["threads"]
+    resources:
+        gpu=lambda w: gpus(1),
+    params:
+        reader=lambda w, input: input.reader[0] if input.reader else RC["released"],
+        cfg=cfg_json({"depth": max(RC["ks"]), "bf16": RC["bf16"]}),
+        opts=runtime(lambda w: options({"eval_batch_size": RC["eval_batch_size"]})),
+        code=code("drpipe.reader"),
+    shell:
+        "drpipe reader score --reader {params.reader:q} --questions {input.questions:q}"
+        " --passages {input.passages:q} --runs {input.runs:q} --out {output.scores:q}"
+        " --report {output.report:q} --cfg {params.cfg:q} {params.opts}"
+        " --threads {threads} 2> {log:q}"
+
+
+rule reader_choose_k:
+    input:
+        scores=lambda w: reader_scores(w.run, w.train_set, w.dataset, RC["k_split"]),
+        run=lambda w: f"results/runs/{w.run}/{w.train_set}/{w.dataset}-{RC['k_split']}.parquet",
+        questions=lambda w: f"results/qa/{w.dataset}/{RC['k_split']}.parquet",
+    output:
+        "results/answers/{run}/{train_set}/{dataset}.k.json",
+    log:
+        "results/logs/reader_choose_k/{run}/{train_set}/{dataset}.log",
+    benchmark:
+        "results/benchmarks/rules/reader_choose_k/{run}/{train_set}/{dataset}.tsv"
+    wildcard_constraints:
+        run=ANY_RUN,
+    conda:
+        env()
+    params:
+        cfg=cfg_json({"ks": RC["ks"]}),
+        code=code("drpipe.reader"),
+    shell:
+        "drpipe reader choose-k --scores {input.scores:q} --run {input.run:q}"
+        " --questions {input.questions:q} --out {output:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+rule read:
+    input:
+        scores=lambda w: reader_scores(w.run, w.train_set, w.dataset, w.split),
+        run="results/runs/{run}/{train_set}/{dataset}-{split}.parquet",
+        questions="results/qa/{dataset}/{split}.parquet",
+        k="results/answers/{run}/{train_set}/{dataset}.k.json",
+    output:
+        answers="results/answers/{run}/{train_set}/{dataset}-{split}.parquet",
+        metrics="results/answers/{run}/{train_set}/{dataset}-{split}.json",
+    log:
+        "results/logs/read/{run}/{train_set}/{dataset}-{split}.log",
+    benchmark:
+        "results/benchmarks/rules/read/{run}/{train_set}/{dataset}-{split}.tsv"
+    wildcard_constraints:
+        run=ANY_RUN,
+    conda:
+        env()
+    params:
+        cfg=lambda w: cfg_json(
+            {
+                "run": w.run,
+                "train_set": w.train_set,
+                "dataset": w.dataset,
+                "split": w.split,
+            }
+        ),
+        code=code("drpipe.reader"),
+    shell:
+        "drpipe reader predict --scores {input.scores:q} --run {input.run:q}"
+        " --questions {input.questions:q} --k-from {input.k:q} --out {output.answers:q}"
+        " --metrics {output.metrics:q} --cfg {params.cfg:q} 2> {log:q}"
