@@ -25,6 +25,7 @@ from drpipe.papers.numbers import (
 EXPECTED_COUNTS = {
     ("dpr", "2"): 50,
     ("dpr", "3"): 27,
+    ("dpr", "4"): 48,  # Table 4 (EM): all 12 rows, "-" cells left out
     ("dcsr", "2"): 36,
     ("dcsr", "3"): 10,
     ("dcsr", "4"): 24,
@@ -80,6 +81,15 @@ def test_schema_and_citations(numbers):
     assert load_paper_numbers("xmoco")["paper"].eq("xmoco").all()
     with pytest.raises(ValueError, match="unknown paper"):
         load_paper_numbers("ance")
+
+
+def test_dpr_table4_spot_checks(numbers):
+    assert v(numbers, "dpr", "4", "None", "BM25", "squad", "em") == 38.1
+    assert v(numbers, "dpr", "4", "Single", "DPR", "squad", "em") == 29.8
+    assert v(numbers, "dpr", "4", "Single", "BM25+DPR", "nq", "em") == 39.0
+    assert v(numbers, "dpr", "4", "Multi", "DPR", "trec", "em") == 49.4
+    hard_em = numbers[(numbers["table"] == "4") & numbers["method"].str.startswith("HardEM")]
+    assert sorted(hard_em["dataset"]) == ["nq", "triviaqa"]  # its "-" cells have no row
 
 
 def test_dpr_table2_spot_checks(numbers):
