@@ -569,3 +569,52 @@ def subset_metrics_file(subset, run, train_set, dataset, split):
     if subset is None:
         return metrics_file(run, train_set, dataset, split)
     return f"{subset_dir(subset)}/metrics/{run}/{train_set}/{dataset}-{split}.json"
+
+
+# --- reader (workflow/rules/reader.smk) ---
+
+
+RC = C["reader"]
+READER_KEYS = (
+    "init", "passages", "depth", "batch_size", "epochs", "lr", "warmup_ratio", "weight_decay",
+    "grad_clip", "dropout", "max_len", "max_question_len", "max_answer_len", "val_fraction",
+    "val_k", "seed", "bf16",
+)  # fmt: skip
+ANY_RUN = "[A-Za-z0-9_.+-]+"
+
+
+def table4_rows():
+    """(run, train_set, dataset) of every Table 4 cell: Table 2's rows on reader.datasets."""
+    return [(r, ts, d) for r, ts, d, _, _ in table2_runs() if d in RC["datasets"]]
+
+
+def reader_of(run, train_set):
+    """The (run, train_set) whose reader reads this row: 'released', the shared one, or its own."""
+    if RC["released"]:
+        return ("released", "none")
+    if RC["per_retriever"]:
+        return (run, train_set)
+    return (RC["train_run"]["run"], RC["train_run"]["train_set"])
+
+
+def reader_rows(rrun, rts, dataset):
+    """The rows one reader reads on `dataset`."""
+    return [
+        (r, ts)
+        for r, ts, d in table4_rows()
+        if d == dataset and reader_of(r, ts) == (rrun, rts)
+    ]
+
+
+def reader_dir(rrun, rts, dataset):
+    return [] if rrun == "released" else [f"results/readers/{rrun}/{rts}/{dataset}"]
+
+
+def reader_scores(run, train_set, dataset, split):
+    rrun, rts = reader_of(run, train_set)
+    return f"results/reader_scores/{rrun}/{rts}/{dataset}-{split}.parquet"
+
+
+def table4_inputs():
+    split = C["tables"]["split"]
+    return [f"results/answers/{r}/{ts}/{d}-{split}.json" for r, ts, d in table4_rows()]
