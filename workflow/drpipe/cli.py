@@ -28,6 +28,7 @@ MODULES = [
     "drpipe.reader",
     "drpipe.subsets",
     "drpipe.papers.table2",
+    "drpipe.papers.table4",
     "drpipe.aopt",
     "drpipe.provenance",
     "drpipe.claims",

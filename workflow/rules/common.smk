@@ -618,3 +618,31 @@ def reader_scores(run, train_set, dataset, split):
 def table4_inputs():
     split = C["tables"]["split"]
     return [f"results/answers/{r}/{ts}/{d}-{split}.json" for r, ts, d in table4_rows()]
+
+
+def table4_row_map():
+    """Table 2's row map, for the runs Table 4 reads."""
+    runs = {r for r, _, _ in table4_rows()}
+    return {run: v for run, v in table2_row_map().items() if run in runs}
+
+
+def table4_code():
+    """Code hash of Table 4: its module and the papers whose numbers sit beside its rows."""
+    keys = {v["paper"] for v in table4_row_map().values() if v["paper"]}
+    return code("drpipe.papers.table4", *(paper(k).module for k in sorted(keys)))
+
+
+def reader_mode():
+    if RC["released"]:
+        return "released"
+    return "per_retriever" if RC["per_retriever"] else "shared"
+
+
+def table4_setup():
+    """What Table 4's notes say: Table 2's setup and the reader's (drpipe.tables.notes)."""
+    keys = ("init", "passages", "depth", "max_len", "epochs", "batch_size", "ks", "k_split",
+            "bf16", "released")  # fmt: skip
+    reader = {k: RC[k] for k in keys}
+    reader["mode"] = reader_mode()
+    reader["train_run"] = "{run}/{train_set}".format(**RC["train_run"])
+    return {**table2_setup(), "reader": reader}

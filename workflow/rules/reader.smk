@@ -119,10 +119,11 @@ rule read:
     params:
         cfg=lambda w: cfg_json(
             {
-                "run": w.run,
+                "method": w.run,
                 "train_set": w.train_set,
                 "dataset": w.dataset,
                 "split": w.split,
+                "reader": "/".join(reader_of(w.run, w.train_set)),
             }
         ),
         code=code("drpipe.reader"),

@@ -87,7 +87,13 @@ def _score(args: argparse.Namespace) -> int:
     from drpipe.encoders import select_device, use_bf16
     from drpipe.qa.datasets import read_questions
     from drpipe.reader.model import load_reader
-    from drpipe.reader.score import read_scores, reader_identity, score_pairs, write_scores
+    from drpipe.reader.score import (
+        read_scores,
+        reader_identity,
+        score_pairs,
+        scores_precision,
+        write_scores,
+    )
 
     cfg = args.cfg
     t0 = time.perf_counter()
@@ -99,10 +105,11 @@ def _score(args: argparse.Namespace) -> int:
     reader = load_reader(args.reader)
     identity = reader_identity(args.reader, reader.limits)
     cached: dict = {}
+    cached_precision = None
     if args.cache and Path(args.cache).is_file():
         old, old_id = read_scores(args.cache)
         if old_id == identity:
-            cached = old
+            cached, cached_precision = old, scores_precision(args.cache)
         else:
             log.warning("%s: scores of another reader; not reused", args.cache)
     todo = [p for p in pairs if p not in cached]
@@ -117,7 +124,10 @@ def _score(args: argparse.Namespace) -> int:
         device=device, bf16=bf16,
     )  # fmt: skip
     new = {(r["qid"], r["pid"]): r for r in rows}
-    write_scores(args.out, [new.get(p) or cached[p] for p in pairs], identity)
+    precision = "bf16" if bf16 else "fp32"
+    if cached_precision and len(todo) < len(pairs) and cached_precision != precision:
+        precision = "mixed"
+    write_scores(args.out, [new.get(p) or cached[p] for p in pairs], identity, precision)
     if args.report:
         write_json(
             args.report,
@@ -175,7 +185,7 @@ def _choose_k(args: argparse.Namespace) -> int:
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from drpipe.reader.score import exact_match_percent
+    from drpipe.reader.score import exact_match_percent, scores_precision
 
     if args.k_from:
         k = int(json.loads(Path(args.k_from).read_text())["k"])
@@ -188,10 +198,11 @@ def _predict(args: argparse.Namespace) -> int:
     metrics = {
         **{
             key: args.cfg[key]
-            for key in ("run", "train_set", "dataset", "split")
+            for key in ("method", "train_set", "dataset", "split", "reader")
             if key in args.cfg
         },
         "k": k,
+        "precision": scores_precision(args.scores),
         "em": exact_match_percent(rows),
         "n_questions": len(rows),
         "n_missing_from_run": n_missing,

@@ -41,6 +41,7 @@ SCORE_SCHEMA = pa.schema(
     ]
 )
 IDENTITY_KEY = b"drpipe_reader_identity"
+PRECISION_KEY = b"drpipe_reader_precision"  # "bf16" or "fp32": what the scores were computed in
 Pair = tuple[str, int]
 
 
@@ -120,10 +121,19 @@ def score_pairs(
     return rows  # type: ignore[return-value]
 
 
-def write_scores(path: str | Path, rows: Iterable[dict[str, Any]], identity: str) -> None:
+def write_scores(
+    path: str | Path, rows: Iterable[dict[str, Any]], identity: str, precision: str = "fp32"
+) -> None:
+    """``precision``: "bf16", "fp32", or "mixed" when reused pairs came in another one."""
     table = pa.Table.from_pylist(list(rows), schema=SCORE_SCHEMA)
-    table = table.replace_schema_metadata({IDENTITY_KEY: identity.encode()})
-    write_parquet(path, table)
+    meta = {IDENTITY_KEY: identity.encode(), PRECISION_KEY: precision.encode()}
+    write_parquet(path, table.replace_schema_metadata(meta))
+
+
+def scores_precision(path: str | Path) -> str | None:
+    """The precision a scores file says its scores were computed in (None: not recorded)."""
+    value = (pq.read_schema(path).metadata or {}).get(PRECISION_KEY)
+    return value.decode() if value else None
 
 
 def read_scores(path: str | Path) -> tuple[dict[Pair, dict[str, Any]], str | None]:

@@ -14,8 +14,12 @@ from drpipe.tables.compare import PAPER_SCALE
 # Where our setup differs from the papers', said beside the numbers: each Table 2 row names
 # the notes that apply to it (CSV column "notes"); the markdown prints their text, written
 # from the run's own config ("setup" in the table's --cfg).
-# "paper": a row whose method no paper lists (it has no paper value).
-NOTE_ORDER = ("scale", "bm25", "hybrid", "training", "validation", "paper")
+# "paper": a row whose method no paper lists (it has no paper value). "reader", "k",
+# "precision" and "sample": the reader behind a Table 4 row (reader_notes).
+NOTE_ORDER = (
+    "scale", "bm25", "hybrid", "training", "validation",
+    "reader", "k", "precision", "sample", "paper",
+)  # fmt: skip
 
 
 def row_kinds(run: str, train_set: str | None) -> set[str]:
@@ -100,4 +104,66 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
         "No paper of this workflow (workflow/drpipe/papers) lists this row's method, so the row "
         "has no paper value: it is ours alone."
     )
+    return notes
+
+
+def reader_notes(reader: dict[str, Any], scale: str) -> dict[str, str]:
+    """Text of the Table 4 notes from the reader's config (``setup["reader"]``): ``mode``
+    (shared | per_retriever | released), ``train_run``, ``init``, ``passages``, ``max_len``,
+    ``epochs``, ``batch_size``, ``max_steps``, ``ks``, ``k_split``, ``bf16``,
+    ``test_sample``."""
+    mode = reader.get("mode", "shared")
+    limits = (
+        f"m = {reader.get('passages')} passages per question (1 positive, the rest negatives "
+        f"from the retriever's top {reader.get('depth', 100)}), inputs cut at "
+        f"{reader.get('max_len')} tokens, batch {reader.get('batch_size')}, "
+        f"{reader.get('epochs')} epoch(s)"
+        + (f" capped at {reader['max_steps']} steps" if reader.get("max_steps") else "")
+        + f", from {reader.get('init')}"
+    )
+    dpr = (
+        "DPR trains one BERT-base reader per retriever and training setting on that "
+        "retriever's own top 100 (m = 24, 350 tokens, batch 16; 4 for WQ and TREC, whose "
+        "Multi reader is the NQ reader fine-tuned)"
+    )
+    if mode == "released":
+        text = (
+            f"Every row is read by the released reader {reader.get('released')} without "
+            "training, as AOpt's Table 4 read its rows with DPR's released reader. " + dpr + "."
+        )
+    elif mode == "per_retriever":
+        text = f"One reader per retriever and training setting, as DPR: {limits}. {dpr}."
+    else:
+        text = (
+            f"One reader shared by every row, trained on the {reader.get('train_run')} "
+            f"results of the training questions ({limits}), to fit the scale's budget. {dpr}: "
+            "a row here differs from another only in the passages its retriever hands the "
+            "same reader."
+        )
+    notes = {"reader": text}
+    split = reader.get("k_split")
+    notes["k"] = (
+        f"k, the passages read per question, is chosen per row among {reader.get('ks')} on "
+        f"the {split} questions"
+        + (
+            " (training articles' questions the train split did not take), never on test questions"
+            if split == "heldout"
+            else ", never on test questions"
+        )
+        + "; DPR tunes k on its dev sets (up to 100; 50 on NQ). The chosen k is the row's "
+        "'K' column."
+    )
+    notes["precision"] = (
+        f"Scoring precision (reader.bf16: {reader.get('bf16')}): bf16 autocast where the "
+        "hardware has fast bf16, fp32 otherwise; the row's 'Precision' column says which ran. "
+        "bf16 and fp32 can differ in the second decimal of EM."
+    )
+    if reader.get("test_sample"):
+        notes["sample"] = (
+            f"EM over a seeded sample of {reader['test_sample']} test questions "
+            "(reader.test_sample) to fit the scale's budget; the row's n says how many. The "
+            "retrieval rows of Table 2 use every test question."
+        )
+    if scale == PAPER_SCALE and mode != "shared":
+        notes["reader"] = notes["reader"].replace(" to fit the scale's budget", "")
     return notes
