@@ -74,6 +74,8 @@ def test_rows_carry_their_own_papers_table4_value():
             em("xmoco", "squad", 31.0),
             em("init", None, 10.0),
             em("dpr", "multi", 25.0, dataset="trec", split="test", n=694),
+            em("aopt-oracle-hybrid-r1", "nq", 50.0, dataset="nq", split="test", n=3610),
+            em("aopt-leakfree-hybrid-r1", "nq", 40.0, dataset="nq", split="test", n=3610),
         ],
         "paper",
         ROW_MAP,
@@ -88,6 +90,12 @@ def test_rows_carry_their_own_papers_table4_value():
     assert frame.loc[("Single", "DPR"), "squad_em_diff"] == pytest.approx(0.2)
     assert frame.loc[("Single", "DPR"), "k_squad"] == 5
     assert "Karpukhin et al. 2020, Table 4" in frame.loc[("Single", "DPR"), "source"]
+    xmoco = frame.loc[("Single", "xMoCo")]
+    assert xmoco["squad_em_paper"] == 30.1 and "(xMoCo), Table 4" in xmoco["source"]
+    # AOpt's Table 4 sits beside its oracle rows only (its retrieval used the test answers).
+    aopt = frame.loc[("Single", "DPR + AOpt(hybrid)")].set_index("protocol")
+    assert aopt.loc[ORACLE, "nq_em_paper"] == 47.2
+    assert pd.isna(aopt.loc["leak-free", "nq_em_paper"])
 
 
 def test_cli_below_paper_scale_ranks_orders_and_notes(tmp_path):
