@@ -134,7 +134,7 @@ def test_cli_below_paper_scale_ranks_orders_and_notes(tmp_path):
 
 def test_sample_note_and_released_reader(tmp_path):
     reader = {**READER, "mode": "released", "released": "facebook/dpr-reader-single-nq-base",
-              "test_sample": 500}  # fmt: skip
+              "sample": 500}  # fmt: skip
     out, md = tmp_path / "t.csv", tmp_path / "t.md"
     cfg = {"scale": "mini", "row_map": ROW_MAP, "setup": {**SETUP, "reader": reader}}
     argv = ["tables", "table4", "--metrics", *write(tmp_path, [em("bm25", None, 40.0)])]

@@ -606,8 +606,70 @@ def reader_rows(rrun, rts, dataset):
     ]
 
 
+def k_row(run, train_set):
+    """The row whose held-out questions choose a row's k: its own (reader.k_per_row, and
+    always with a reader per retriever), else the run the shared reader trains on."""
+    if RC["k_per_row"] or reader_mode() == "per_retriever":
+        return (run, train_set)
+    return (RC["train_run"]["run"], RC["train_run"]["train_set"])
+
+
+def scored_rows(rrun, rts, dataset, split):
+    """The runs a reader scores on a split: every row it reads on the evaluated split; on the
+    split k is chosen on, only the rows that choose k."""
+    rows = reader_rows(rrun, rts, dataset)
+    if split == RC["k_split"]:
+        return sorted({k_row(r, ts) for r, ts in rows})
+    return rows
+
+
+def reader_k_file(run, train_set, dataset):
+    kr, kts = k_row(run, train_set)
+    return f"results/answers/{kr}/{kts}/{dataset}.k.json"
+
+
+def reader_sample(split):
+    """The seeded sample of a split's questions the reader reads (reader.sample): on the
+    evaluated split and on the split k is chosen on."""
+    if split not in (C["tables"]["split"], RC["k_split"]) or not RC["sample"]:
+        return {}
+    return {"sample": RC["sample"], "seed": C["seed"]}
+
+
 def reader_dir(rrun, rts, dataset):
     return [] if rrun == "released" else [f"results/readers/{rrun}/{rts}/{dataset}"]
+
+
+def is_multi(train_set):
+    """A train set that combines several datasets (DPR's Multi setting)."""
+    return len(C["train_sets"].get(train_set) or []) > 1
+
+
+def reader_start(rrun, rts, dataset):
+    """The reader a reader starts from, if any: in the Multi setting, reader.multi_finetune
+    names the dataset whose reader (same retriever, same train set) a dataset fine-tunes.
+    """
+    source = RC["multi_finetune"].get(dataset)
+    if source is None or not is_multi(rts):
+        return []
+    if source == dataset:
+        raise ValueError(
+            f"config: reader.multi_finetune.{dataset} names the dataset itself"
+        )
+    return [f"results/readers/{rrun}/{rts}/{source}"]
+
+
+def reader_batch_size(dataset):
+    return RC["batch_size_by_dataset"].get(dataset, RC["batch_size"])
+
+
+def reader_train_cfg(rrun, rts, dataset, start):
+    """The reader's training cfg for a dataset: its batch size and where it starts."""
+    cfg = {k: RC[k] for k in READER_KEYS}
+    cfg["batch_size"] = reader_batch_size(dataset)
+    if start:
+        cfg["init"] = start[0]
+    return cfg
 
 
 def reader_scores(run, train_set, dataset, split):
@@ -641,7 +703,7 @@ def reader_mode():
 def table4_setup():
     """What Table 4's notes say: Table 2's setup and the reader's (drpipe.tables.notes)."""
     keys = ("init", "passages", "depth", "max_len", "epochs", "batch_size", "ks", "k_split",
-            "bf16", "released")  # fmt: skip
+            "k_per_row", "bf16", "released", "sample", "val_k")  # fmt: skip
     reader = {k: RC[k] for k in keys}
     reader["mode"] = reader_mode()
     reader["train_run"] = "{run}/{train_set}".format(**RC["train_run"])

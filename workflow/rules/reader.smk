@@ -1,8 +1,13 @@
 # End-to-end QA (DPR section 6.1): a reader over every Table 2 retriever row's top-k passages.
 # Local scales: one reader shared by all rows (reader.train_run's results trained it);
 # reader.per_retriever: one per (retriever, train set); reader.released: a released reader.
+# reader.batch_size_by_dataset and reader.multi_finetune: DPR's batch 4 for WQ and TREC, whose
+# Multi reader is the NQ reader (same retriever) fine-tuned on them.
 # Scores per (question, passage) are computed once per reader over the union of the rows'
-# top passages (results/reader_scores/), and every row reads its predictions from them.
+# top passages (results/reader_scores/), and every row reads its predictions from them. k is
+# chosen on held-out questions: per row (reader.k_per_row), or on the shared reader's own
+# training run and used by every row (local scales: one held-out retrieval run, not one per
+# row). reader.sample: a seeded sample of the evaluated (and k_split) questions, in the notes.
 
 
 rule reader_train:
@@ -15,6 +20,7 @@ rule reader_train:
             if C["train_examples"].get(w.dataset, "mine") == "mine"
             else []
         ),
+        start=lambda w: reader_start(w.rrun, w.rts, w.dataset),
     output:
         reader=directory("results/readers/{rrun}/{rts}/{dataset}"),
         report="results/readers/{rrun}/{rts}/{dataset}.report.json",
@@ -28,10 +34,13 @@ rule reader_train:
         env(gpu=True)
     threads: C["threads"]
     resources:
-        gpu=lambda w: gpus(8),
+        # DPR: eight GPUs; no more ranks than questions in a batch (4 for WQ and TREC).
+        gpu=lambda w: gpus(min(8, reader_batch_size(w.dataset))),
     params:
         gold=lambda w, input: f"--gold {input.gold[0]}" if input.gold else "",
-        cfg=cfg_json({k: RC[k] for k in READER_KEYS}),
+        cfg=lambda w, input: cfg_json(
+            reader_train_cfg(w.rrun, w.rts, w.dataset, input.start)
+        ),
         opts=runtime(lambda w: options({"checkpoint_every": RC["checkpoint_every"]})),
         code=code("drpipe.reader"),
     shell:
@@ -48,7 +57,7 @@ rule reader_score:
         passages="results/corpus/passages.parquet",
         runs=lambda w: [
             f"results/runs/{r}/{ts}/{w.dataset}-{w.split}.parquet"
-            for r, ts in reader_rows(w.rrun, w.rts, w.dataset)
+            for r, ts in scored_rows(w.rrun, w.rts, w.dataset, w.split)
         ],
     output:
         scores="results/reader_scores/{rrun}/{rts}/{dataset}-{split}.parquet",
@@ -66,7 +75,9 @@ rule reader_score:
         gpu=lambda w: gpus(1),
     params:
         reader=lambda w, input: input.reader[0] if input.reader else RC["released"],
-        cfg=cfg_json({"depth": max(RC["ks"]), "bf16": RC["bf16"]}),
+        cfg=lambda w: cfg_json(
+            {"depth": max(RC["ks"]), "bf16": RC["bf16"], **reader_sample(w.split)}
+        ),
         opts=runtime(lambda w: options({"eval_batch_size": RC["eval_batch_size"]})),
         code=code("drpipe.reader"),
     shell:
@@ -92,7 +103,7 @@ rule reader_choose_k:
     conda:
         env()
     params:
-        cfg=cfg_json({"ks": RC["ks"]}),
+        cfg=cfg_json({"ks": RC["ks"], **reader_sample(RC["k_split"])}),
         code=code("drpipe.reader"),
     shell:
         "drpipe reader choose-k --scores {input.scores:q} --run {input.run:q}"
@@ -104,7 +115,7 @@ rule read:
         scores=lambda w: reader_scores(w.run, w.train_set, w.dataset, w.split),
         run="results/runs/{run}/{train_set}/{dataset}-{split}.parquet",
         questions="results/qa/{dataset}/{split}.parquet",
-        k="results/answers/{run}/{train_set}/{dataset}.k.json",
+        k=lambda w: reader_k_file(w.run, w.train_set, w.dataset),
     output:
         answers="results/answers/{run}/{train_set}/{dataset}-{split}.parquet",
         metrics="results/answers/{run}/{train_set}/{dataset}-{split}.json",
@@ -124,6 +135,7 @@ rule read:
                 "dataset": w.dataset,
                 "split": w.split,
                 "reader": "/".join(reader_of(w.run, w.train_set)),
+                **reader_sample(w.split),
             }
         ),
         code=code("drpipe.reader"),

@@ -44,7 +44,7 @@ def table4(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any)
     """DPR Table 4: one row per (training, retriever), columns per dataset (see
     ``shared_table`` for ``row_map``, ``train_sets``, ``split_equiv``, ``setup``)."""
     reader = (cfg.get("setup") or {}).get("reader") or {}
-    extra = ("sample",) if reader.get("test_sample") else ()
+    extra = ("sample",) if reader.get("sample") else ()
     return shared_table(TABLE4, metrics, scale, row_map, row_notes=extra, **cfg)
 
 

@@ -99,7 +99,9 @@ def _score(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg["threads"]))
-    questions = read_questions(args.questions)
+    from drpipe.reader.settings import sample_questions
+
+    questions = sample_questions(read_questions(args.questions), cfg)
     qmap = {q["qid"]: q for q in questions}
     _, pairs = _load_run_union(args.runs, list(qmap), int(need(cfg, "depth")))
     reader = load_reader(args.reader)
@@ -137,6 +139,8 @@ def _score(args: argparse.Namespace) -> int:
                 "reused_from_cache": len(pairs) - len(todo),
                 "runs": [str(r) for r in args.runs],
                 "depth": int(cfg["depth"]),
+                "questions": len(questions),
+                "sample": cfg.get("sample"),
                 "bf16": bf16,
                 "device": str(device),
                 "pairs_per_second": len(todo) / max(time.perf_counter() - t0, 1e-9),
@@ -151,9 +155,10 @@ def _score(args: argparse.Namespace) -> int:
 def _read_inputs(args: argparse.Namespace, depth: int):
     from drpipe.qa.datasets import read_questions
     from drpipe.reader.score import read_scores
+    from drpipe.reader.settings import sample_questions
     from drpipe.runs import read_run
 
-    questions = read_questions(args.questions)
+    questions = sample_questions(read_questions(args.questions), args.cfg)
     hits = read_run(args.run, depth, qids=[q["qid"] for q in questions])
     run = {qid: [int(p) for p in pids] for qid, (pids, _) in hits.items()}
     scores, _ = read_scores(args.scores)
@@ -206,6 +211,7 @@ def _predict(args: argparse.Namespace) -> int:
         "em": exact_match_percent(rows),
         "n_questions": len(rows),
         "n_missing_from_run": n_missing,
+        "sample": args.cfg.get("sample"),
     }
     write_json(args.metrics, metrics)
     log.info("%s: EM %.2f at k=%d over %d questions", args.run, metrics["em"], k, len(rows))

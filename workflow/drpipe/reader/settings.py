@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from drpipe.cliutil import need
@@ -59,3 +60,13 @@ def resolve_cfg(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def limits(cfg: dict[str, Any]) -> dict[str, int]:
     return {k: int(cfg[k]) for k in LIMIT_KEYS}
+
+
+def sample_questions(questions: list[dict], cfg: dict[str, Any]) -> list[dict]:
+    """``cfg["sample"]`` questions drawn with ``cfg["seed"]``, in file order (all when the
+    cfg names no sample or the file has no more): the same draw in scoring and predicting."""
+    n = cfg.get("sample")
+    if not n or n >= len(questions):
+        return questions
+    chosen = sorted(random.Random(int(need(cfg, "seed"))).sample(range(len(questions)), int(n)))
+    return [questions[i] for i in chosen]

@@ -111,7 +111,7 @@ def reader_notes(reader: dict[str, Any], scale: str) -> dict[str, str]:
     """Text of the Table 4 notes from the reader's config (``setup["reader"]``): ``mode``
     (shared | per_retriever | released), ``train_run``, ``init``, ``passages``, ``max_len``,
     ``epochs``, ``batch_size``, ``max_steps``, ``ks``, ``k_split``, ``bf16``,
-    ``test_sample``."""
+    ``sample``."""
     mode = reader.get("mode", "shared")
     limits = (
         f"m = {reader.get('passages')} passages per question (1 positive, the rest negatives "
@@ -158,11 +158,11 @@ def reader_notes(reader: dict[str, Any], scale: str) -> dict[str, str]:
         "hardware has fast bf16, fp32 otherwise; the row's 'Precision' column says which ran. "
         "bf16 and fp32 can differ in the second decimal of EM."
     )
-    if reader.get("test_sample"):
+    if reader.get("sample"):
         notes["sample"] = (
-            f"EM over a seeded sample of {reader['test_sample']} test questions "
-            "(reader.test_sample) to fit the scale's budget; the row's n says how many. The "
-            "retrieval rows of Table 2 use every test question."
+            f"EM over a seeded sample of {reader['sample']} test questions (reader.sample; "
+            f"k is chosen on a sample of as many {split} questions) to fit the scale's budget; "
+            "the row's n says how many. Table 2's retrieval rows use every test question."
         )
     if scale == PAPER_SCALE and mode != "shared":
         notes["reader"] = notes["reader"].replace(" to fit the scale's budget", "")
