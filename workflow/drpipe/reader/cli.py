@@ -101,9 +101,12 @@ def _score(args: argparse.Namespace) -> int:
         torch.set_num_threads(int(cfg["threads"]))
     from drpipe.reader.settings import sample_questions
 
-    questions = sample_questions(read_questions(args.questions), cfg)
+    everyone = read_questions(args.questions)
+    questions = sample_questions(everyone, cfg)
     qmap = {q["qid"]: q for q in questions}
-    _, pairs = _load_run_union(args.runs, list(qmap), int(need(cfg, "depth")))
+    # Runs are checked against the whole file; only the sampled questions' pairs are scored.
+    _, pairs = _load_run_union(args.runs, [q["qid"] for q in everyone], int(need(cfg, "depth")))
+    pairs = [p for p in pairs if p[0] in qmap]
     reader = load_reader(args.reader)
     identity = reader_identity(args.reader, reader.limits)
     cached: dict = {}
@@ -158,9 +161,11 @@ def _read_inputs(args: argparse.Namespace, depth: int):
     from drpipe.reader.settings import sample_questions
     from drpipe.runs import read_run
 
-    questions = sample_questions(read_questions(args.questions), args.cfg)
-    hits = read_run(args.run, depth, qids=[q["qid"] for q in questions])
-    run = {qid: [int(p) for p in pids] for qid, (pids, _) in hits.items()}
+    everyone = read_questions(args.questions)
+    questions = sample_questions(everyone, args.cfg)
+    hits = read_run(args.run, depth, qids=[q["qid"] for q in everyone])
+    chosen = {q["qid"] for q in questions}
+    run = {qid: [int(p) for p in pids] for qid, (pids, _) in hits.items() if qid in chosen}
     scores, _ = read_scores(args.scores)
     return questions, run, scores
 

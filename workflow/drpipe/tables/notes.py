@@ -110,16 +110,13 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
 def reader_notes(reader: dict[str, Any], scale: str) -> dict[str, str]:
     """Text of the Table 4 notes from the reader's config (``setup["reader"]``): ``mode``
     (shared | per_retriever | released), ``train_run``, ``init``, ``passages``, ``max_len``,
-    ``epochs``, ``batch_size``, ``max_steps``, ``ks``, ``k_split``, ``bf16``,
-    ``sample``."""
+    ``epochs``, ``batch_size``, ``ks``, ``k_split``, ``k_per_row``, ``bf16``, ``sample``."""
     mode = reader.get("mode", "shared")
     limits = (
         f"m = {reader.get('passages')} passages per question (1 positive, the rest negatives "
         f"from the retriever's top {reader.get('depth', 100)}), inputs cut at "
         f"{reader.get('max_len')} tokens, batch {reader.get('batch_size')}, "
-        f"{reader.get('epochs')} epoch(s)"
-        + (f" capped at {reader['max_steps']} steps" if reader.get("max_steps") else "")
-        + f", from {reader.get('init')}"
+        f"{reader.get('epochs')} epoch(s)" + f", from {reader.get('init')}"
     )
     dpr = (
         "DPR trains one BERT-base reader per retriever and training setting on that "
@@ -142,16 +139,20 @@ def reader_notes(reader: dict[str, Any], scale: str) -> dict[str, str]:
         )
     notes = {"reader": text}
     split = reader.get("k_split")
-    notes["k"] = (
-        f"k, the passages read per question, is chosen per row among {reader.get('ks')} on "
-        f"the {split} questions"
-        + (
-            " (training articles' questions the train split did not take), never on test questions"
-            if split == "heldout"
-            else ", never on test questions"
+    where = f"the {split} questions" + (
+        " (training articles' questions the train split did not take)" if split == "heldout" else ""
+    )
+    if reader.get("k_per_row", True) or mode == "per_retriever":
+        how = f"chosen per row among {reader.get('ks')} on {where}, never on test questions"
+    else:
+        how = (
+            f"chosen once among {reader.get('ks')}, for the shared reader, on {where} read "
+            f"over its {reader.get('train_run')} run (never on test questions), and used by "
+            "every row"
         )
-        + "; DPR tunes k on its dev sets (up to 100; 50 on NQ). The chosen k is the row's "
-        "'K' column."
+    notes["k"] = (
+        f"k, the passages read per question, is {how}; DPR tunes k on its dev sets (up to "
+        "100; 50 on NQ). The chosen k is the row's 'K' column."
     )
     notes["precision"] = (
         f"Scoring precision (reader.bf16: {reader.get('bf16')}): bf16 autocast where the "
