@@ -39,6 +39,7 @@ for _paper in papers():
             include: _paper.file(_name)
 
 
+include: "workflow/rules/reader.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/audit.smk"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 import unicodedata
 from pathlib import Path
@@ -118,7 +119,9 @@ def test_declared_claims_cover_the_issue_list():
                    "one_bm25_negative", "second_bm25", "dcsr_beats_dpr", "in_passage",
                    "xmoco_beats_dpr", "larger_queue", "tied_encoders", "top1_gain_largest_oracle",
                    "top1_gain_largest_leak_free", "hybrid_beats_query_only",
-                   "hybrid_beats_passage_only"):  # fmt: skip
+                   "hybrid_beats_passage_only", "higher_retrieval_gives_higher_em",
+                   "bm25_em_beats_dpr", "hybrid_em_at_least_dpr", "xmoco_em_at_least_dpr",
+                   "t4_em_beats_dpr_leak_free", "t4_em_beats_dpr_oracle"):  # fmt: skip
         assert any(needed in i for i in ids), needed
 
 
@@ -281,3 +284,88 @@ def test_reversed_claim(tmp_path):
     frame = C.evaluate_claims(C.resolve_claims(resolve(RAW, SCHEMA)), results).set_index("id")
     row = frame.loc["dpr_t2_bm25_beats_dpr_on_squad"]
     assert row["verdict"] == "reversed" and row["diff"] == pytest.approx(-50.0)
+
+
+# --------------------------------------------------------------------------- end-to-end (EM)
+
+
+def _write_em(results: Path, run: str, train_set: str, em: list[bool]) -> None:
+    path = results / "answers" / run / train_set / "squad-test.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    qids = [f"q{i}" for i in range(len(em))]
+    pd.DataFrame({"qid": qids, "prediction": ["x"] * len(em), "em": em}).to_parquet(path)
+
+
+def _write_top20(results: Path, run: str, train_set: str, top20: float) -> None:
+    path = results / "metrics" / run / train_set / "squad-test.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    top_k = {"1": 1.0, "5": 2.0, "20": top20, "100": 99.0}
+    path.write_text(json.dumps({"method": run, "top_k": top_k}))
+
+
+def test_em_claims_pair_exact_match_per_question(tmp_path):
+    results = tmp_path / "results"
+    n = 200
+    rng = np.random.default_rng(1)
+    bm25 = rng.random(n) < 0.5
+    dpr = rng.random(n) < 0.3
+    _write_em(results, "bm25", "none", list(bm25))
+    _write_em(results, "dpr", "squad", list(dpr))
+    _write_em(results, "dpr+bm25", "squad", list(bm25 | dpr))
+    _write_em(results, "xmoco", "squad", list(dpr))
+    _write_em(results, "aopt-leakfree-hybrid-r1", "squad", list(dpr))
+    for run, ts, top20 in (("bm25", "none", 90.0), ("dpr", "squad", 80.0),
+                           ("dpr+bm25", "squad", 95.0)):  # fmt: skip
+        _write_top20(results, run, ts, top20)
+    cfg = resolve(RAW, SCHEMA)
+    inputs = C.claim_inputs(C.resolve_claims(cfg))
+    assert "results/answers/dpr/squad/squad-test.parquet" in inputs
+    assert "results/metrics/dpr+bm25/squad/squad-test.json" in inputs  # the pick reads it
+    rows = C.evaluate_claims(C.resolve_claims(cfg), results).set_index("id")
+    bm = rows.loc["dpr_t4_bm25_em_beats_dpr_on_squad"]
+    assert bm["value_a"] == pytest.approx(100 * bm25.mean(), abs=0.01)
+    assert bm["value_b"] == pytest.approx(100 * dpr.mean(), abs=0.01)
+    assert bm["a_only"] == int((bm25 & ~dpr).sum()) and bm["verdict"] == "holds"
+    # Retrieval picks the systems: BM25+DPR has the best top-20 (95), DPR the worst (80).
+    pick = rows.loc["dpr_t4_higher_retrieval_gives_higher_em_on_squad"]
+    assert (pick["run_a"], pick["run_b"]) == ("dpr+bm25", "dpr")
+    assert "max top20" in pick["system_a"] and "bm25 90.00" in pick["system_a"]
+    assert pick["verdict"] == "holds" and pick["b_only"] == 0
+    # "At least": DPR does not beat BM25+DPR (holds); nor xMoCo, equal on every question.
+    assert rows.loc["dpr_t4_hybrid_em_at_least_dpr_on_squad", "verdict"] == "holds"
+    same = rows.loc["xmoco_t4_xmoco_em_at_least_dpr_on_squad"]
+    assert same["verdict"] == "holds" and same["diff"] == 0.0
+    # AOpt's protocols apart: the oracle run is not in the results, so it is not tested.
+    assert rows.loc["aopt_t4_em_beats_dpr_leak_free", "verdict"] == "not significant"
+    oracle = rows.loc["aopt_t4_em_beats_dpr_oracle"]
+    assert oracle["verdict"] == "not tested" and "aopt-oracle-hybrid-r1" in oracle["reason"]
+    # A tie in retrieval accuracy picks no system; a missing metrics file is a reason too.
+    _write_top20(results, "dpr", "squad", 95.0)
+    tied = C.evaluate_claims(C.resolve_claims(cfg), results).set_index("id")
+    reason = tied.loc["dpr_t4_higher_retrieval_gives_higher_em_on_squad", "reason"]
+    assert "tie at top20 = 95.00" in reason
+    (results / "metrics/bm25/none/squad-test.json").unlink()
+    gone = C.evaluate_claims(C.resolve_claims(cfg), results).set_index("id")
+    reason = gone.loc["dpr_t4_higher_retrieval_gives_higher_em_on_squad", "reason"]
+    assert "not in the results: results/metrics/bm25/none/squad-test.json" in reason
+
+
+def test_em_claims_need_the_reader_on_their_dataset_and_valid_specs():
+    cfg = resolve(RAW, SCHEMA)
+    cfg["reader"]["datasets"] = ["nq"]
+    resolved = {e["id"]: e for e in C.resolve_claims(cfg)}
+    for cid in (
+        "dpr_t4_bm25_em_beats_dpr_on_squad",
+        "dpr_t4_higher_retrieval_gives_higher_em_on_squad",
+    ):
+        assert "reader.datasets" in resolved[cid]["reason"], cid
+    defaults, claims = C.load_claims()
+    claim = next(c for c in claims if c["id"] == "dpr_t4_higher_retrieval_gives_higher_em_on_squad")
+    bad = copy.deepcopy(claim)
+    del bad["a"]["by"]
+    with pytest.raises(InputError, match=r"higher_em_on_squad\.a.*'by'"):
+        C.validate_claims({"defaults": defaults, "claims": [bad]})
+    bad = copy.deepcopy(claim)
+    bad["contrast"] = "top100"
+    with pytest.raises(InputError, match="contrast"):
+        C.validate_claims({"defaults": defaults, "claims": [bad]})

@@ -25,6 +25,7 @@ from drpipe.papers.numbers import (
 EXPECTED_COUNTS = {
     ("dpr", "2"): 50,
     ("dpr", "3"): 27,
+    ("dpr", "4"): 48,  # Table 4 (EM): all 12 rows, "-" cells left out
     ("dcsr", "2"): 36,
     ("dcsr", "3"): 10,
     ("dcsr", "4"): 24,
@@ -34,8 +35,10 @@ EXPECTED_COUNTS = {
     ("dcsr", "8"): 16,
     ("xmoco", "2"): 90,
     ("xmoco", "3"): 4,
+    ("xmoco", "4"): 25,  # Table 4 (EM): 5 rows x 5 datasets
     ("aopt", "1"): 6,
     ("aopt", "3"): 69,
+    ("aopt", "4"): 16,  # Table 4 (EM): 8 rows x NQ and TriviaQA
 }
 
 
@@ -80,6 +83,41 @@ def test_schema_and_citations(numbers):
     assert load_paper_numbers("xmoco")["paper"].eq("xmoco").all()
     with pytest.raises(ValueError, match="unknown paper"):
         load_paper_numbers("ance")
+
+
+def test_dpr_table4_spot_checks(numbers):
+    assert v(numbers, "dpr", "4", "None", "BM25", "squad", "em") == 38.1
+    assert v(numbers, "dpr", "4", "Single", "DPR", "squad", "em") == 29.8
+    assert v(numbers, "dpr", "4", "Single", "BM25+DPR", "nq", "em") == 39.0
+    assert v(numbers, "dpr", "4", "Multi", "DPR", "trec", "em") == 49.4
+    hard_em = numbers[(numbers["table"] == "4") & numbers["method"].str.startswith("HardEM")]
+    assert sorted(hard_em["dataset"]) == ["nq", "triviaqa"]  # its "-" cells have no row
+
+
+def test_xmoco_and_aopt_table4_spot_checks(numbers):
+    # xMoCo Table 4 (Section 5.6.3): its BM25, its DPR re-implementation and xMoCo.
+    assert v(numbers, "xmoco", "4", "None", "BM25", "squad", "em") == 39.2
+    assert v(numbers, "xmoco", "4", "Single", "xMoCo", "squad", "em") == 30.1
+    assert v(numbers, "xmoco", "4", "Single", "DPR", "nq", "em") == 42.1
+    assert v(numbers, "xmoco", "4", "Multi", "xMoCo", "trec", "em") == 48.1
+    assert v(numbers, "xmoco", "4", "Multi", "DPR", "squad", "em") == 24.0
+    # AOpt Table 4 (Section 3.2.3): NQ and TriviaQA only.
+    assert v(numbers, "aopt", "4", "unspecified", "DPR + AOpt(hybrid)", "nq", "em") == 47.2
+    assert v(numbers, "aopt", "4", "unspecified", "GAR", "triviaqa", "em") == 62.7
+    assert v(numbers, "aopt", "4", "None", "BM25", "triviaqa", "em") == 52.4
+    t4 = numbers[(numbers["paper"] == "aopt") & (numbers["table"] == "4")]
+    assert set(t4["dataset"]) == {"nq", "triviaqa"} and set(t4["metric"]) == {"em"}
+    # AOpt's prose: "a maximum improvement of 5.7% when compared to ... DPR" on NQ, 4.3% on
+    # TriviaQA: its best AOpt row minus DPR's row, as printed.
+    for dataset, gain in (("nq", 5.7), ("triviaqa", 4.3)):
+        aopt = t4[(t4["dataset"] == dataset) & t4["method"].str.contains("AOpt")]["value"].max()
+        dpr = v(numbers, "aopt", "4", "unspecified", "DPR", dataset, "em")
+        assert round(aopt - dpr, 1) == gain
+        # AOpt copies DPR's own Table 4 BM25 and DPR rows.
+        assert dpr == v(numbers, "dpr", "4", "Single", "DPR", dataset, "em")
+        assert v(numbers, "aopt", "4", "None", "BM25", dataset, "em") == v(
+            numbers, "dpr", "4", "None", "BM25", dataset, "em"
+        )
 
 
 def test_dpr_table2_spot_checks(numbers):

@@ -137,3 +137,41 @@ def test_result_changing_settings_rerun_exactly_their_steps(run_dir, name):
     rules = _rules(planned_jobs(run_dir, *TARGETS, overlay={**OVERLAY, **patch}))
     assert required <= rules, (name, sorted(rules))
     assert rules <= allowed, (name, sorted(rules - allowed))
+
+
+# Table 4 (the reader over every Table 2 row): a reader setting reruns the reader's steps from
+# the first one that reads it, never a retriever's; a retriever's setting reruns what reads its
+# passages. The touched run holds Table 4 (tiny_run.TARGETS).
+READER_TARGETS = (*TARGETS, "results/table4.csv")
+READER_RULES = {"reader_train", "reader_score", "reader_choose_k", "read", "table4"}
+READER_CHANGE = {
+    "reader.ks": (
+        {"reader": {**OVERLAY["reader"], "ks": [1, 3]}},
+        {"reader_score", "reader_choose_k", "read", "table4"},
+        {"reader_score", "reader_choose_k", "read", "table4"},
+    ),
+    "reader.precision": (
+        {"reader": {**OVERLAY["reader"], "precision": "int8"}},
+        {"reader_score", "reader_choose_k", "read", "table4"},
+        {"reader_score", "reader_choose_k", "read", "table4"},
+    ),
+    "reader.lr": (
+        {"reader": {**OVERLAY["reader"], "lr": 1.0e-4}},
+        READER_RULES,
+        READER_RULES,
+    ),
+    "hybrid.depth (with Table 4)": (
+        {"hybrid": {**OVERLAY["hybrid"], "depth": 60}},
+        {"bm25_hybrid_search", "hybrid", "reader_score", "read", "table4"},
+        {"bm25_hybrid_search", "hybrid", "evaluate", "table2", "provenance"}
+        | READER_RULES - {"reader_train"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(READER_CHANGE))
+def test_reader_settings_rerun_exactly_the_readers_steps(run_dir, name):
+    patch, required, allowed = READER_CHANGE[name]
+    rules = _rules(planned_jobs(run_dir, *READER_TARGETS, overlay={**OVERLAY, **patch}))
+    assert required <= rules, (name, sorted(rules))
+    assert rules <= allowed, (name, sorted(rules - allowed))

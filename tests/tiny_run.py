@@ -6,7 +6,8 @@ session fixtures in conftest.py call these).
   the byte-for-byte comparison of two runs.
 - ``extend_run``: a copy of the first DPR run taken on to the superset the other end-to-end
   tests read: every method of config.yaml's tables.methods, AOpt's second rounds and its
-  Table 3 and Figures 6 and 7, and the DPR Table 3 schemes. Only the new jobs run: the copy
+  Table 3 and Figures 6 and 7, the DPR Table 3 schemes, and Table 4 (a tiny reader over every
+  Table 2 row). Only the new jobs run: the copy
   keeps Snakemake's metadata and the files' mtimes.
 
 Each Snakemake job pays its own start-up (imports, model loads), so sharing the DPR jobs and
@@ -102,8 +103,14 @@ AOPT_ROUNDS = {
     "rounds": {"query": 2, "passage": 2, "hybrid": 2},
     "figure7": {"dataset": "squad", "rounds": 2},
 }
-# The shared run: TINY with every method of config.yaml and AOpt's two rounds.
-OVERLAY = {**TINY, "aopt": AOPT_ROUNDS}
+# A tiny reader for Table 4: 4 passages per question, 128 tokens, one epoch, k among 1 and 2,
+# a sample of 40 evaluated (and held-out) questions.
+READER = {
+    "passages": 4, "max_len": 128, "epochs": 1, "batch_size": 8, "val_k": 2,
+    "eval_batch_size": 16, "ks": [1, 2], "sample": 40,
+}  # fmt: skip
+# The shared run: TINY with every method of config.yaml, AOpt's two rounds and the reader.
+OVERLAY = {**TINY, "aopt": AOPT_ROUNDS, "reader": READER}
 TARGETS = (
     "all",
     "results/dpr/table3.csv",
@@ -111,6 +118,7 @@ TARGETS = (
     "results/aopt/table3.csv",
     "results/aopt/figure6.png",
     "results/aopt/figure7.png",
+    "results/table4.csv",
 )
 # Jobs of the DPR run that the extension must reuse, not rerun.
 REUSED_RULES = {"fetch", "documents", "qa_load", "passages", "sentences", "bm25_index",

@@ -1,12 +1,15 @@
 """The papers' claims, tested with paired statistics over the same questions.
 
 Claims are data (each paper's ``papers/<paper>/claims.yaml``; the format and shared defaults
-in ``claims.yaml``): each names the paper, the sentence it comes from, two systems, a top-k metric and the expected direction. ``resolve_claims`` turns the
-systems into runs of a config (a run, train set, dataset and split, i.e. one per-question file
-of ``drpipe evaluate``), or into the reason a claim cannot be tested. ``evaluate_claims`` reads the
-per-question first-hit ranks of both systems, pairs them by question and computes
+in ``claims.yaml``): each names the paper, the sentence it comes from, two systems, a metric
+(top-k retrieval accuracy, or ``em``: the reader's exact match, DPR's Table 4) and the expected
+direction. ``resolve_claims`` turns the systems into runs of a config (a run, train set,
+dataset and split, i.e. one per-question file of ``drpipe evaluate`` or ``drpipe reader
+predict``), or into the reason a claim cannot be tested. ``evaluate_claims`` reads the
+per-question outcomes of both systems (first-hit ranks; exact match), pairs them by question
+and computes
 
-- the difference of top-k accuracy (percentage points), a paired bootstrap over questions
+- the difference of top-k accuracy or EM (percentage points), a paired bootstrap over questions
   (``resamples`` resamples with a fixed seed per claim: percentile 95% interval and a two-sided
   p-value from the bootstrap distribution centred on the null),
 - the exact McNemar test on the discordant questions (a hit and b miss, or the reverse),
@@ -33,7 +36,7 @@ import pandas as pd
 import yaml
 
 from drpipe.claim_stats import claim_seed, holm, mcnemar_exact, paired_bootstrap, verdict
-from drpipe.claim_systems import per_question_file, resolve_scope, resolve_system
+from drpipe.claim_systems import metrics_json, per_question_file, resolve_scope, resolve_system
 from drpipe.cliutil import add_cfg
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, read_json
@@ -45,7 +48,9 @@ log = logging.getLogger(__name__)
 PACKAGE_DATA = ("claims.yaml", "papers/*/claims.yaml")
 EXPECT = ("greater", "less", "not_greater")
 VERDICTS = ("holds", "reversed", "not significant", "not tested")
-SYSTEM_KEYS = {"run", "method", "hybrid", "paper_row", "overrides", "key", "pick", "requires"}
+SYSTEM_KEYS = {"run", "method", "hybrid", "paper_row", "overrides", "key", "pick", "requires",
+               "among", "by"}  # fmt: skip
+EM = "em"  # the metric of end-to-end claims: per-question exact match of the reader
 CLAIM_KEYS = {
     "id",
     "paper",
@@ -100,6 +105,28 @@ def _metric_k(value: Any, where: str) -> int:
     return int(text[3:])
 
 
+def _check_system(spec: Any, where: str, at: str) -> None:
+    if not isinstance(spec, dict) or not ({"run", "method", "among"} & set(spec)):
+        raise InputError(where, at, "a system needs 'run', 'method' or 'among'")
+    if set(spec) - SYSTEM_KEYS:
+        raise InputError(where, at, f"unknown keys {sorted(set(spec) - SYSTEM_KEYS)}")
+    if spec.get("pick", "max") not in ("max", "min"):
+        raise InputError(where, at, "'pick' is max or min")
+    if "among" in spec:
+        # Pick, among several systems, the one whose retrieval is best (max) or worst (min).
+        if not isinstance(spec["among"], list) or len(spec["among"]) < 2:
+            raise InputError(where, at, "'among' lists two or more systems")
+        if "pick" not in spec or "by" not in spec:
+            raise InputError(where, at, "'among' needs 'by' (top<k>) and 'pick' (max|min)")
+        _metric_k(spec["by"], where)
+        for i, inner in enumerate(spec["among"]):
+            if isinstance(inner, dict) and "among" in inner:
+                raise InputError(where, f"{at}.among[{i}]", "'among' does not nest")
+            _check_system(inner, where, f"{at}.among[{i}]")
+    elif ("key" in spec) != ("pick" in spec):
+        raise InputError(where, at, "'key' and 'pick' (max|min) go together")
+
+
 def validate_claims(doc: Any, where: str = "drpipe/claims.yaml") -> tuple[dict, list[dict]]:
     """(defaults, claims) of a claims document; errors name the claim and the key."""
     if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
@@ -124,19 +151,14 @@ def validate_claims(doc: Any, where: str = "drpipe/claims.yaml") -> tuple[dict, 
         seen.add(cid)
         if claim["expect"] not in EXPECT:
             raise InputError(where, at, f"expect '{claim['expect']}' is not one of {EXPECT}")
-        _metric_k(claim["metric"], where)
+        if claim["metric"] != EM:
+            _metric_k(claim["metric"], where)
         if claim.get("contrast") is not None:
+            if claim["metric"] == EM:
+                raise InputError(where, at, "'contrast' is for top-k metrics, not em")
             _metric_k(claim["contrast"], where)
         for side in ("a", "b"):
-            spec = claim[side]
-            if not isinstance(spec, dict) or not ({"run", "method"} & set(spec)):
-                raise InputError(where, f"{at}.{side}", "a system needs 'run' or 'method'")
-            if set(spec) - SYSTEM_KEYS:
-                raise InputError(
-                    where, f"{at}.{side}", f"unknown keys {sorted(set(spec) - SYSTEM_KEYS)}"
-                )
-            if ("key" in spec) != ("pick" in spec) or spec.get("pick", "max") not in ("max", "min"):
-                raise InputError(where, f"{at}.{side}", "'key' and 'pick' (max|min) go together")
+            _check_system(claim[side], where, f"{at}.{side}")
         scope = claim.get("scope") or {}
         if not scope.get("dataset") and not scope.get("config"):
             raise InputError(where, f"{at}.scope", "needs 'dataset' or 'config'")
@@ -173,7 +195,13 @@ def resolve_claims(config: dict, claims: Sequence[dict] | None = None) -> list[d
     out = []
     for claim in claims:
         scope, note = resolve_scope(claim.get("scope") or {}, config)
-        entry: dict[str, Any] = {"id": claim["id"], "scope": scope, "note": note, "reason": ""}
+        entry: dict[str, Any] = {
+            "id": claim["id"],
+            "scope": scope,
+            "note": note,
+            "reason": "",
+            "metric": claim["metric"],
+        }
         for side in ("a", "b"):
             system, why = resolve_system(claim[side], config, scope)
             entry[side] = system
@@ -184,12 +212,18 @@ def resolve_claims(config: dict, claims: Sequence[dict] | None = None) -> list[d
 
 
 def claim_inputs(resolved: Iterable[dict], results: str = "results") -> list[str]:
-    """Per-question files of every claim whose two systems the config defines (rule inputs)."""
+    """Per-question files of every claim whose two systems the config defines (rule inputs);
+    a system picked among several by retrieval accuracy needs each one's files and metrics."""
     files = []
     for entry in resolved:
         if entry["a"] and entry["b"]:
+            metric = entry.get("metric", "")
             for side in ("a", "b"):
-                files.append(str(per_question_file(results, entry[side], entry["scope"])))
+                system = entry[side]
+                for one in system.get("among") or [system]:
+                    files.append(str(per_question_file(results, one, entry["scope"], metric)))
+                    if "among" in system:
+                        files.append(str(metrics_json(results, one, entry["scope"])))
     return sorted(set(files))
 
 
@@ -204,8 +238,39 @@ def read_ranks(path: Path) -> pd.Series:
     return frame.set_index("qid")["first_hit_rank"].astype("float64")
 
 
+def read_em(path: Path) -> pd.Series:
+    """Exact match per qid (1.0 or 0.0) from the answers of ``drpipe reader predict``."""
+    frame = pd.read_parquet(path, columns=["qid", "em"])
+    if frame["qid"].duplicated().any():
+        raise InputError(path, None, "duplicate qid")
+    if frame["em"].isna().any():
+        raise InputError(path, f"qid {frame['qid'][frame['em'].isna()].iloc[0]}", "null em")
+    return frame.set_index("qid")["em"].astype("float64")
+
+
 def _hits(ranks: np.ndarray, k: int) -> np.ndarray:
     return np.nan_to_num(ranks, nan=np.inf) <= k
+
+
+def _pick(system: dict, scope: dict, results: str | Path) -> tuple[dict | None, str]:
+    """The system of ``among`` with the best (``pick: max``) or worst top-k accuracy in the
+    results, and a note naming the candidates' accuracies; (None, reason) when one's metrics
+    are missing or the candidates tie."""
+    by = system["by"]
+    k = str(_metric_k(by, "claims"))
+    scored = []
+    for one in system["among"]:
+        path = metrics_json(results, one, scope)
+        if not path.is_file():
+            return None, f"not in the results: {os.path.relpath(path, Path(results).parent)}"
+        scored.append((float(read_json(path)["top_k"][k]), one))
+    values = [v for v, _ in scored]
+    target = max(values) if system["pick"] == "max" else min(values)
+    if values.count(target) > 1:
+        return None, f"the candidates tie at {by} = {target:.2f}: no single {system['pick']}"
+    value, chosen = next(x for x in scored if x[0] == target)
+    listed = ", ".join(f"{o['label']} {v:.2f}" for v, o in scored)
+    return {**chosen, "label": f"{chosen['label']} ({system['pick']} {by}: {listed})"}, ""
 
 
 def evaluate_claim(claim: dict, entry: dict, results: str | Path, defaults: dict) -> dict[str, Any]:
@@ -232,14 +297,31 @@ def evaluate_claim(claim: dict, entry: dict, results: str | Path, defaults: dict
     }
     if entry["reason"]:
         return row
-    files = [per_question_file(results, entry[s], scope) for s in ("a", "b")]
+    metric = claim["metric"]
+    systems = {}
+    for side in ("a", "b"):
+        system = entry[side]
+        if "among" in system:
+            system, why = _pick(system, scope, results)
+            if system is None:
+                row["reason"] = f"system {side}: {why}"
+                return row
+            row[f"system_{side}"] = system["label"]
+            row[f"run_{side}"] = system["run"]
+            row[f"train_set_{side}"] = system["train_set"]
+        systems[side] = system
+    if systems["a"]["run"] == systems["b"]["run"]:
+        row["reason"] = f"both systems are {systems['a']['run']}"
+        return row
+    files = [per_question_file(results, systems[s], scope, metric) for s in ("a", "b")]
     missing = [os.path.relpath(f, Path(results).parent) for f in files if not f.is_file()]
     if missing:
         row["reason"] = (
             f"not in the results: {', '.join(missing)} (snakemake results/claims.csv builds them)"
         )
         return row
-    ra, rb = (read_ranks(f) for f in files)
+    read = read_em if metric == EM else read_ranks
+    ra, rb = (read(f) for f in files)
     common = ra.index.intersection(rb.index)
     notes = [entry["note"]] if entry["note"] else []
     if len(common) < max(len(ra), len(rb)):
@@ -249,8 +331,11 @@ def evaluate_claim(claim: dict, entry: dict, results: str | Path, defaults: dict
         return row
     a = ra.loc[common].to_numpy()
     b = rb.loc[common].to_numpy()
-    k = _metric_k(claim["metric"], "claims")
-    ha, hb = _hits(a, k), _hits(b, k)
+    if metric == EM:
+        ha, hb = a > 0.5, b > 0.5
+    else:
+        k = _metric_k(metric, "claims")
+        ha, hb = _hits(a, k), _hits(b, k)
     values = ha.astype(np.int8) - hb.astype(np.int8)
     if claim.get("contrast"):
         k2 = _metric_k(claim["contrast"], "claims")

@@ -672,10 +672,11 @@ def table2_precision():
     }
 
 
-def table2_reports():
-    """The report files behind table2_precision (inputs of the Table 2 rule)."""
+def table2_reports(precision=None):
+    """The report files behind table2_precision (inputs of the Table 2 rule), or behind
+    another table's cells (`precision`: a subset of table2_precision)."""
     files = set()
-    for roles in table2_precision().values():
+    for roles in (table2_precision() if precision is None else precision).values():
         files.update(roles.get("training", []), roles["queries"])
         shards = range(C["encode"]["shards"])
         files.update(f"{roles['corpus']}/shard-{i}.report.json" for i in shards)
@@ -859,3 +860,148 @@ def subset_metrics_file(subset, run, train_set, dataset, split):
     if subset is None:
         return metrics_file(run, train_set, dataset, split)
     return f"{subset_dir(subset)}/metrics/{run}/{train_set}/{dataset}-{split}.json"
+
+
+# --- reader (workflow/rules/reader.smk) ---
+
+
+RC = C["reader"]
+READER_KEYS = (
+    "init", "passages", "depth", "batch_size", "epochs", "lr", "warmup_ratio", "weight_decay",
+    "grad_clip", "dropout", "max_len", "max_question_len", "max_answer_len", "val_fraction",
+    "val_k", "seed", "bf16",
+)  # fmt: skip
+ANY_RUN = "[A-Za-z0-9_.+-]+"
+
+
+def table4_rows():
+    """(run, train_set, dataset) of every Table 4 cell: Table 2's rows on reader.datasets."""
+    return [(r, ts, d) for r, ts, d, _, _ in table2_runs() if d in RC["datasets"]]
+
+
+def reader_of(run, train_set):
+    """The (run, train_set) whose reader reads this row: 'released', the shared one, or its own."""
+    if RC["released"]:
+        return ("released", "none")
+    if RC["per_retriever"]:
+        return (run, train_set)
+    return (RC["train_run"]["run"], RC["train_run"]["train_set"])
+
+
+def reader_rows(rrun, rts, dataset):
+    """The rows one reader reads on `dataset`."""
+    return [
+        (r, ts)
+        for r, ts, d in table4_rows()
+        if d == dataset and reader_of(r, ts) == (rrun, rts)
+    ]
+
+
+def k_row(run, train_set):
+    """The row whose held-out questions choose a row's k: its own (reader.k_per_row, and
+    always with a reader per retriever), else the run the shared reader trains on."""
+    if RC["k_per_row"] or reader_mode() == "per_retriever":
+        return (run, train_set)
+    return (RC["train_run"]["run"], RC["train_run"]["train_set"])
+
+
+def scored_rows(rrun, rts, dataset, split):
+    """The runs a reader scores on a split: every row it reads on the evaluated split; on the
+    split k is chosen on, only the rows that choose k."""
+    rows = reader_rows(rrun, rts, dataset)
+    if split == RC["k_split"]:
+        return sorted({k_row(r, ts) for r, ts in rows})
+    return rows
+
+
+def reader_k_file(run, train_set, dataset):
+    kr, kts = k_row(run, train_set)
+    return f"results/answers/{kr}/{kts}/{dataset}.k.json"
+
+
+def reader_sample(split):
+    """The seeded sample of a split's questions the reader reads (reader.sample): on the
+    evaluated split and on the split k is chosen on."""
+    if split not in (C["tables"]["split"], RC["k_split"]) or not RC["sample"]:
+        return {}
+    return {"sample": RC["sample"], "seed": C["seed"]}
+
+
+def reader_dir(rrun, rts, dataset):
+    return [] if rrun == "released" else [f"results/readers/{rrun}/{rts}/{dataset}"]
+
+
+def is_multi(train_set):
+    """A train set that combines several datasets (DPR's Multi setting)."""
+    return len(C["train_sets"].get(train_set) or []) > 1
+
+
+def reader_start(rrun, rts, dataset):
+    """The reader a reader starts from, if any: in the Multi setting, reader.multi_finetune
+    names the dataset whose reader (same retriever, same train set) a dataset fine-tunes.
+    """
+    source = RC["multi_finetune"].get(dataset)
+    if source is None or not is_multi(rts):
+        return []
+    if source == dataset:
+        raise ValueError(
+            f"config: reader.multi_finetune.{dataset} names the dataset itself"
+        )
+    return [f"results/readers/{rrun}/{rts}/{source}"]
+
+
+def reader_batch_size(dataset):
+    return RC["batch_size_by_dataset"].get(dataset, RC["batch_size"])
+
+
+def reader_train_cfg(rrun, rts, dataset, start):
+    """The reader's training cfg for a dataset: its batch size and where it starts."""
+    cfg = with_model_paths({k: RC[k] for k in READER_KEYS})
+    cfg["batch_size"] = reader_batch_size(dataset)
+    if start:
+        cfg["init"] = start[0]
+    return cfg
+
+
+def reader_scores(run, train_set, dataset, split):
+    rrun, rts = reader_of(run, train_set)
+    return f"results/reader_scores/{rrun}/{rts}/{dataset}-{split}.parquet"
+
+
+def table4_inputs():
+    split = C["tables"]["split"]
+    return [f"results/answers/{r}/{ts}/{d}-{split}.json" for r, ts, d in table4_rows()]
+
+
+def table4_precision():
+    """Table 2's precision sources for the cells Table 4 reads (the retrievers' precision)."""
+    cells = {f"{r}|{ts}|{d}" for r, ts, d in table4_rows()}
+    return {k: v for k, v in table2_precision().items() if k in cells}
+
+
+def table4_row_map():
+    """Table 2's row map, for the runs Table 4 reads."""
+    runs = {r for r, _, _ in table4_rows()}
+    return {run: v for run, v in table2_row_map().items() if run in runs}
+
+
+def table4_code():
+    """Code hash of Table 4: its module and the papers whose numbers sit beside its rows."""
+    keys = {v["paper"] for v in table4_row_map().values() if v["paper"]}
+    return code("drpipe.papers.table4", *(paper(k).module for k in sorted(keys)))
+
+
+def reader_mode():
+    if RC["released"]:
+        return "released"
+    return "per_retriever" if RC["per_retriever"] else "shared"
+
+
+def table4_setup():
+    """What Table 4's notes say: Table 2's setup and the reader's (drpipe.tables.notes)."""
+    keys = ("init", "passages", "depth", "max_len", "epochs", "batch_size", "ks", "k_split",
+            "k_per_row", "precision", "released", "sample", "val_k")  # fmt: skip
+    reader = {k: RC[k] for k in keys}
+    reader["mode"] = reader_mode()
+    reader["train_run"] = "{run}/{train_set}".format(**RC["train_run"])
+    return {**table2_setup(), "reader": reader}

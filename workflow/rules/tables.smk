@@ -37,6 +37,43 @@ rule table2:
         " --out {output.csv:q} --md {output.md:q} --cfg {params.cfg:q} 2> {log:q}"
 
 
+# The shared Table 4: exact match of the reader over every Table 2 retriever row's passages
+# (the reader's rules: reader.smk). Not part of `all`: `make run TARGET=results/table4.csv`.
+rule table4:
+    input:
+        metrics=table4_inputs(),
+        reports=table2_reports(table4_precision()),
+    output:
+        csv=report(
+            "results/table4.csv",
+            caption="../report/table_csv.rst",
+            category="Tables",
+            subcategory="CSV",
+        ),
+        md="results/table4.md",
+    log:
+        "results/logs/tables/table4.log",
+    benchmark:
+        "results/benchmarks/rules/tables/table4.tsv"
+    conda:
+        env()
+    params:
+        cfg=cfg_json(
+            {
+                "scale": SCALE,
+                "tolerance": TOLERANCE,
+                "row_map": table4_row_map(),
+                "train_sets": C["train_sets"],
+                "setup": table4_setup(),
+                "precision": table4_precision(),
+            }
+        ),
+        code=table4_code(),
+    shell:
+        "drpipe tables table4 --metrics {input.metrics:q} --reports {input.reports:q}"
+        " --out {output.csv:q} --md {output.md:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
 rule provenance:
     input:
         tables=["results/table2.csv", "results/table2.md"],

@@ -34,7 +34,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Table2Source:
-    """Which of a paper's printed tables sits beside our rows of the shared Table 2."""
+    """Which of a paper's printed tables sits beside our rows of a shared table (2 or 4)."""
 
     table: str  # the paper's table ("2"; AOpt's oracle numbers are in its Table 3)
     cite: str  # said in the row's source column: "copied from ..., Table 2"
@@ -59,6 +59,18 @@ class Paper:
     # Markdown paragraphs the shared Table 2 prints when rows of this paper are there, by
     # protocol block (e.g. AOpt's explanation of its leak-free and oracle rows).
     table2_text: dict[str, str] = field(default_factory=dict)
+    # Which of its printed tables sit beside our rows of the shared Table 4 (exact match of a
+    # reader over each retriever's passages), and its paragraphs there, by protocol block.
+    table4: tuple[Table2Source, ...] = ()
+    table4_text: dict[str, str] = field(default_factory=dict)
+
+    def sources(self, table: str) -> tuple[Table2Source, ...]:
+        """Its printed tables beside the shared table ``table`` ("2" or "4")."""
+        return {"2": self.table2, "4": self.table4}[table]
+
+    def text(self, table: str) -> dict[str, str]:
+        """Its paragraphs, by protocol block, in the shared table ``table``."""
+        return {"2": self.table2_text, "4": self.table4_text}[table]
 
     @property
     def folder(self) -> Path:

@@ -5,360 +5,54 @@ printed), which all four papers share. Each row's paper value comes from the pap
 the row's method (``drpipe.papers``: DPR for BM25, the initial encoder and DPR; DCSR's and
 xMoCo's own Table 2 for theirs; AOpt's Table 3 beside its oracle rows); a method that no paper
 lists gets its rows with no paper value and a note saying so. Nothing here invents a row: a
-table has rows only for the metrics it is given.
+table has rows only for the metrics it is given. The rows and the Markdown are the shared
+tables' (``drpipe.papers.shared_tables``), with this table's layout.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 import pandas as pd
 
-from drpipe.cliutil import need
-from drpipe.papers import ORACLE, STANDARD, Table2Source, paper, papers, row_order
-from drpipe.papers.numbers import citation, load_paper_numbers
+from drpipe.papers.shared_tables import (
+    Layout,
+    add_reports_argument,
+    shared_markdown,
+    shared_table,
+    table_command,
+)
 from drpipe.tables.cli import add_table_command, command_group
-from drpipe.tables.compare import (
-    comparable,
-    comparison_cell,
-    comparison_headers,
-    comparison_note,
-    diff,
-    ordering,
-    r2,
-)
 from drpipe.tables.metrics import KS, read_metrics
-from drpipe.tables.notes import NOTE_ORDER, note_keys, row_kinds, setup_notes
-from drpipe.tables.output import md_table, write_csv, write_text
-from drpipe.tables.precision import cell_key, precision_note, read_precision, row_precision
-from drpipe.tables.protocols import PROTOCOL_ORDER
-from drpipe.tables.rows import (
-    DEFAULT_SPLIT_EQUIV,
-    REPRODUCED,
-    TRAINING_ORDER,
-    dataset_key,
-    lookup,
-    paper_row,
-    paper_split,
+from drpipe.tables.notes import setup_notes
+
+TABLE2 = Layout(
+    table="2",
+    title="DPR Table 2: top-k retrieval accuracy (%)",
+    columns=tuple(f"top{k}" for k in KS),
+    headers=tuple(f"Top-{k}" for k in KS),
+    value=lambda m, col: m["top_k"][col.removeprefix("top")],
+    printed="it has Top-20 and Top-100 only",
 )
-
-log = logging.getLogger(__name__)
-
-# The paper whose Table 2 this table lays out; its citation heads the Markdown.
-LAYOUT = "dpr"
-
-
-def _order_index(label: str, order: tuple[str, ...]) -> int:
-    """Position of a row label among the papers' row orders ("X" also orders "X (...)")."""
-    for i, name in enumerate(order):
-        if label == name or label.startswith(name + " ("):
-            return i
-    return len(order)
-
-
-def _source(key: str | None, protocol: str) -> Table2Source | None:
-    """The paper table beside rows of ``protocol`` whose method paper ``key`` lists."""
-    if key is None:
-        return None
-    return next((s for s in paper(key).table2 if s.protocol == protocol), None)
-
-
-def _table2_order(rec: dict, order: tuple[str, ...]) -> tuple:
-    training, method, protocol = rec["training"], rec["method"], rec["protocol"]
-    return (
-        PROTOCOL_ORDER.index(protocol) if protocol in PROTOCOL_ORDER else len(PROTOCOL_ORDER),
-        TRAINING_ORDER.index(training) if training in TRAINING_ORDER else len(TRAINING_ORDER),
-        _order_index(method, order),
-        method,
-    )
-
-
-def _paper_cell(
-    numbers: pd.DataFrame, training: str | None, label: str, dataset: str, k: int
-) -> float | None:
-    """A paper's value for a row; "BM25+X" is printed "X+BM25" in some papers (xMoCo).
-    ``training`` None: the paper's table has no setting to match (AOpt's Table 3)."""
-    labels = [label]
-    if label.startswith("BM25+"):
-        labels.append(label.removeprefix("BM25+") + "+BM25")
-    setting = {} if training is None else {"setting": training}
-    for name in labels:
-        value = lookup(numbers, **setting, method=name, dataset=dataset, metric=f"top{k}")
-        if value is not None:
-            return value
-    return None
 
 
 def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any) -> pd.DataFrame:
-    """DPR Table 2: one row per (training, method), columns per dataset x top-k.
-
-    ``row_map``: our method name -> ``{"method": paper's label, "training": "None" | "Single"
-    | "Multi"}``; without ``training`` it is Single when the train set has one dataset and Multi
-    when it has several (``train_sets`` in cfg may name sets: ``{"multi": ["nq", ...]}``).
-    ``split_equiv`` (default: squad dev = the paper's squad test) says which of our splits are
-    the paper's test sets; only those get a paper value. ``precision``: per cell
-    (``drpipe.tables.precision.cell_key``) the reports of its training and encoding, as
-    ``read_precision`` returns them; each row then gets a ``precision`` column (and the note).
-
-    A ``row_map`` entry names the ``paper`` whose numbers sit beside it (a registered paper;
-    absent or null: none, and the row says so in its notes) and may carry a ``protocol``
-    (AOpt: "leak-free", or "uses the test answers (oracle)"); rows without one are "standard".
-    A paper value is looked up in the table the paper declares for the row's protocol
-    (``Paper.table2``). Oracle rows sort after every other row and are never merged with a
-    row of another protocol.
-    """
-    named = cfg.get("train_sets", {})
-    equiv = cfg.get("split_equiv", DEFAULT_SPLIT_EQUIV)
-    precision = cfg.get("precision")
-    order = row_order()
-    tables: dict[tuple[str, str], pd.DataFrame] = {}
-
-    def numbers_of(key: str, table: str) -> pd.DataFrame:
-        if (key, table) not in tables:
-            frame = load_paper_numbers(key)
-            tables[key, table] = frame[frame["table"] == table]
-        return tables[key, table]
-
-    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
-    seen: dict[tuple[str, str, str, str], dict] = {}
-    for m in metrics:
-        training, label = paper_row(m, row_map, named)
-        protocol = str(row_map[m["method"]].get("protocol", STANDARD))
-        cell = (protocol, training, label, m["dataset"])
-        if cell in seen:
-            other = seen[cell]
-            raise ValueError(
-                f"two metrics for Table 2 row ({training}, {label}) on {m['dataset']}: "
-                f"{other['method']}/{other['train_set']}/{other['split']} and "
-                f"{m['method']}/{m['train_set']}/{m['split']}"
-            )
-        seen[cell] = m
-        row = rows.setdefault(
-            (protocol, training, label),
-            {"_train_sets": [], "_paper": False, "_cite": None, "_kinds": set(),
-             "_precision": []},
-        )  # fmt: skip
-        if precision is not None:
-            key = cell_key(m["method"], m["train_set"], m["dataset"])
-            row["_precision"].append(precision.get(key, {}))
-        key = row_map[m["method"]].get("paper")
-        row["_kinds"] |= row_kinds(m["method"], m["train_set"]) | (
-            {"paper"} if key is None else set()
-        )
-        if m["train_set"] and m["train_set"] not in row["_train_sets"]:
-            row["_train_sets"].append(m["train_set"])
-        d = m["dataset"]
-        split = paper_split(d, m["split"], equiv)
-        source = _source(key, protocol) if split == "test" else None
-        row[f"split_{d}"] = m["split"]
-        row[f"n_questions_{d}"] = m["n_questions"]
-        for k in KS:
-            ours = float(m["top_k"][str(k)])
-            theirs = None
-            if source is not None:
-                numbers = numbers_of(key, source.table)
-                setting = training if source.by_setting else None
-                # A row may stand beside another row label's numbers (a released checkpoint
-                # beside the numbers its paper printed for it).
-                theirs = _paper_cell(
-                    numbers, setting, row_map[m["method"]].get("paper_method", label), d, k
-                )
-                if theirs is not None:
-                    row["_cite"] = source.cite
-            row[f"{d}_top{k}"] = r2(ours)
-            row[f"{d}_top{k}_paper"] = theirs
-            row[f"{d}_top{k}_diff"] = diff(ours, theirs)
-            row["_paper"] |= theirs is not None
-
-    datasets = sorted({m["dataset"] for m in metrics}, key=dataset_key)
-    columns = ["scale", "training", "method", "protocol", "train_set", "source"]
-    for d in datasets:
-        columns += [f"split_{d}", f"n_questions_{d}"]
-        for k in KS:
-            columns += [f"{d}_top{k}", f"{d}_top{k}_paper", f"{d}_top{k}_diff"]
-
-    setup = cfg.get("setup")
-    if setup is not None:
-        columns.append("notes")
-    multi_sets = {
-        ts for (_, training, _), row in rows.items() if training == "Multi"
-        for ts in row["_train_sets"]
-    }  # fmt: skip
-    if precision is not None:
-        columns.append("precision")
-    records = []
-    for (protocol, training, label), row in rows.items():
-        cite = row.pop("_cite")
-        kinds = row.pop("_kinds") | ({"multi"} if training == "Multi" and len(multi_sets) > 1
-                                     else set())  # fmt: skip
-        cells = row.pop("_precision")
-        if precision is not None:
-            row["precision"] = row_precision(cells)
-            kinds |= {"precision"} if row["precision"] else set()
-        if setup is not None:
-            row["notes"] = "; ".join(note_keys(kinds, scale))
-        source = REPRODUCED + (f" | paper: {cite}" if row.pop("_paper") else "")
-        if protocol == ORACLE:
-            source += " | uses the test answers (oracle): an upper bound, not comparable"
-        train_set = "+".join(row.pop("_train_sets"))
-        records.append(
-            {"scale": scale, "training": training, "method": label, "protocol": protocol}
-            | {"train_set": train_set, "source": source}
-            | row
-        )
-    records.sort(key=lambda rec: _table2_order(rec, order))
-    frame = pd.DataFrame.from_records(records, columns=columns)
-    for d in datasets:
-        frame[f"n_questions_{d}"] = frame[f"n_questions_{d}"].astype("Int64")
-        for k in KS:
-            for suffix in ("", "_paper", "_diff"):
-                frame[f"{d}_top{k}{suffix}"] = frame[f"{d}_top{k}{suffix}"].astype(float)
-    return frame.reset_index(drop=True)
+    """DPR Table 2: one row per (training, method), columns per dataset x top-k (see
+    ``shared_table`` for ``row_map``, ``train_sets``, ``split_equiv`` and ``setup``)."""
+    return shared_table(TABLE2, metrics, scale, row_map, **cfg)
 
 
 def table2_markdown(frame: pd.DataFrame, scale: str, notes: dict[str, str] | None = None) -> str:
-    layout = next(s.cite for s in paper(LAYOUT).table2 if s.protocol == STANDARD)
-    explained = papers()  # their paragraphs on protocol blocks, when such rows are there
-    datasets = sorted(
-        {c[len("split_") :] for c in frame.columns if c.startswith("split_")}, key=dataset_key
-    )
-    with_paper = [k for k in KS if any(frame[f"{d}_top{k}_paper"].notna().any() for d in datasets)]
-    protocols = (
-        frame["protocol"] if "protocol" in frame.columns else pd.Series(STANDARD, frame.index)
-    )
-    # A Protocol column only when AOpt rows are there (the usual table is unchanged).
-    show_protocol = bool((protocols != STANDARD).any())
-    headers = ["Training", "Method", *(["Protocol"] if show_protocol else [])]
-    headers += ["Train set", "Dataset (split, n)"]
-    show_notes = notes is not None and "notes" in frame.columns
-    first = datasets[0] if datasets else ""
-    for k in KS:
-        headers += (
-            [f"Top-{k} ours", f"Top-{k} paper"]
-            + comparison_headers(frame, f"{first}_top{k}", f"Top-{k}")
-            if k in with_paper
-            else [f"Top-{k} ours"]
-        )
-    if show_notes:
-        headers.append("Notes")
-    rows, oracle_rows = [], []
-    for i, r in frame.iterrows():
-        for d in datasets:
-            if pd.isna(r[f"{d}_top{KS[0]}"]):
-                continue
-            row = [r["training"], r["method"], *([protocols[i]] if show_protocol else [])]
-            row.append(r["train_set"])
-            row.append(f"{d} ({r[f'split_{d}']}, n={r[f'n_questions_{d}']})")
-            for k in KS:
-                row.append(r[f"{d}_top{k}"])
-                if k in with_paper:
-                    row += [r[f"{d}_top{k}_paper"], *comparison_cell(r, f"{d}_top{k}")]
-            if show_notes:
-                row.append(_notes_cell(r))
-            (oracle_rows if protocols[i] == ORACLE else rows).append(row)
-    evaluated = ", ".join(
-        sorted(
-            {
-                f"{d}/{r[f'split_{d}']}"
-                for _, r in frame.iterrows()
-                for d in datasets
-                if pd.notna(r[f"split_{d}"])
-            }
-        )
-    )
-    head = [
-        f"# DPR Table 2: top-k retrieval accuracy (%), scale `{scale}`",
-        "",
-        f"Evaluated on (dataset/split): {evaluated or 'nothing'}.",
-        "",
-        f'Reproduced values ("ours") are computed by this pipeline. Paper values are {layout} '
-        "(test sets; DPR's SQuAD test set is SQuAD v1.1 dev) and are given only where the "
-        "paper printed that number (it has Top-20 and Top-100 only). "
-        + comparison_note(scale, frame),
-        *_other_papers(frame),
-        "",
-        f"Source: {citation(LAYOUT)}.",
-        "",
-        "",
-    ]
-    text = "\n".join(head) + md_table(headers, rows) + "\n"
-    orders = [
-        f"- {d} Top-{k}: {line}\n"
-        for d in datasets
-        for k in with_paper
-        if (line := ordering(frame[protocols == STANDARD], f"{d}_top{k}"))
-    ]
-    if orders:
-        text += (
-            "\n## Ordering of the methods the papers also report (rows without a test answer)"
-            "\n\n" + "".join(orders)
-        )
-    if show_protocol:
-        text += "".join(
-            "\n" + p.table2_text["protocols"] for p in explained if "protocols" in p.table2_text
-        )
-    if show_notes:
-        used = [k for k in NOTE_ORDER if any(k in str(n).split("; ") for n in frame["notes"])]
-        text += "\n## Notes: where this setup differs from the papers'\n\n" + "".join(
-            f"- **{k}**: {notes[k]}\n" for k in used if k in notes
-        )
-    if oracle_rows:
-        text += (
-            "\n## Oracle rows: they use the test answers (oracle)\n\n"
-            + "".join(p.table2_text[ORACLE] for p in explained if ORACLE in p.table2_text)
-            + md_table(headers, oracle_rows)
-            + "\n"
-        )
-    return text
-
-
-def _notes_cell(row: pd.Series) -> str:
-    """The row's note keys, its precision spelled out beside the key."""
-    keys = str(row["notes"]).split("; ") if pd.notna(row["notes"]) else []
-    text = row.get("precision")
-    return "; ".join(f"precision: {text}" if k == "precision" and text else k for k in keys)
-
-
-def _other_papers(frame: pd.DataFrame) -> list[str]:
-    """A line naming the rows whose paper value comes from their own method's paper."""
-    cites = [
-        s.cite for p in papers() if p.key != LAYOUT for s in p.table2 if s.protocol == STANDARD
-    ]
-    own = {
-        m: cite
-        for m, src in zip(frame["method"], frame["source"], strict=True)
-        for cite in cites
-        if cite in str(src)
-    }
-    if not own:
-        return []
-    named = "; ".join(f"{m}: {c}" for m, c in own.items())
-    return ["", f"Except these rows, whose paper values come from their own paper: {named}."]
+    return shared_markdown(TABLE2, frame, scale, notes)
 
 
 def _cmd_table2(args: argparse.Namespace) -> int:
-    cfg = dict(args.cfg)
-    scale = need(cfg, "scale")
-    row_map = need(cfg, "row_map")
-    extra = {k: cfg[k] for k in ("train_sets", "split_equiv", "setup") if k in cfg}
-    if "precision" in cfg:
-        extra["precision"] = read_precision(cfg["precision"], args.reports)
-    frame = table2(read_metrics(args.metrics), scale, row_map, **extra)
-    frame = comparable(frame, scale, groups=["protocol"], tolerance=cfg.get("tolerance"))
-    write_csv(frame, args.out)
-    if args.md:
-        notes = setup_notes(cfg["setup"], scale) if "setup" in cfg else None
-        if notes is not None and "precision" in extra:
-            notes["precision"] = precision_note(extra["precision"].values())
-        write_text(table2_markdown(frame, scale, notes), args.md)
-    log.info("table2: %d rows from %d metrics files -> %s", len(frame), len(args.metrics), args.out)
-    return 0
+    records = read_metrics(args.metrics)
+    return table_command(args, "table2", table2, records, table2_markdown, setup_notes)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     group = command_group(sub, "tables", "results tables: reproduced vs paper numbers")
     p = add_table_command(group, "table2", _cmd_table2, "Table 2 (top-k accuracy per dataset)")
-    p.add_argument("--reports", nargs="*", default=[],
-                   help="training and encoding reports (cfg.precision says whose)")  # fmt: skip
+    add_reports_argument(p)

@@ -2,7 +2,8 @@
 
 Inputs are the metrics JSON files of ``drpipe evaluate`` (``{"method", "train_set", "dataset",
 "split", "n_questions", "top_k": {"1", "5", "20", "100"}}``, percent) and the per-question
-first-hit ranks (Parquet) that figures and curves are drawn from.
+first-hit ranks (Parquet) that figures and curves are drawn from; for Table 4, the exact-match
+files of ``drpipe reader predict``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,28 @@ def check_metrics(record: Any, where: str | Path) -> dict:
 
 def read_metrics(paths: Iterable[str | Path]) -> list[dict]:
     return [check_metrics(read_json(p), p) for p in paths]
+
+
+def check_em_metrics(record: Any, where: str | Path) -> dict:
+    """Validate one exact-match record of ``drpipe reader predict`` (``method``, ``train_set``,
+    ``dataset``, ``split``, ``n_questions``, ``em`` in percent, ``k``); errors name the key."""
+    if not isinstance(record, dict):
+        raise InputError(where, None, "metrics must be a JSON object")
+    for key in ("method", "train_set", "dataset", "split", "n_questions", "em", "k"):
+        if key not in record:
+            raise InputError(where, key, "missing key")
+    em = record["em"]
+    if not isinstance(em, (int, float)) or isinstance(em, bool) or not 0.0 <= float(em) <= 100.0:
+        raise InputError(where, "em", f"{em!r} is not a percentage in [0, 100]")
+    for key in ("n_questions", "k"):
+        n = record[key]
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise InputError(where, key, f"expected a positive integer, got {n!r}")
+    return record
+
+
+def read_em_metrics(paths: Iterable[str | Path]) -> list[dict]:
+    return [check_em_metrics(read_json(p), p) for p in paths]
 
 
 def read_first_hit_ranks(path: str | Path) -> pd.Series:

@@ -17,9 +17,11 @@ from drpipe.tables.compare import PAPER_SCALE, REHEARSAL_SCALE
 # "paper": a row whose method no paper lists (it has no paper value).
 # "multi": a Multi row of a table whose Multi rows train on more than one set (each paper's own).
 # "precision": a row whose training or encoding recorded a precision (drpipe.tables.precision).
+# "reader", "k", "reader_precision" and "sample": the reader behind a Table 4 row
+# (reader_notes).
 NOTE_ORDER = (
     "scale", "bm25", "hybrid", "released", "training", "multi", "validation", "precision",
-    "paper",
+    "reader", "k", "reader_precision", "sample", "paper",
 )  # fmt: skip
 # The run of DPR's released checkpoints (evaluated without training: no training notes).
 RELEASED_RUN = "dpr.released"
@@ -143,4 +145,68 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
         "No paper of this workflow (workflow/drpipe/papers) lists this row's method, so the row "
         "has no paper value: it is ours alone."
     )
+    return notes
+
+
+def reader_notes(reader: dict[str, Any], scale: str) -> dict[str, str]:
+    """Text of the Table 4 notes from the reader's config (``setup["reader"]``): ``mode``
+    (shared | per_retriever | released), ``train_run``, ``init``, ``passages``, ``max_len``,
+    ``epochs``, ``batch_size``, ``ks``, ``k_split``, ``k_per_row``, ``precision``, ``sample``."""
+    mode = reader.get("mode", "shared")
+    limits = (
+        f"m = {reader.get('passages')} passages per question (1 positive, the rest negatives "
+        f"from the retriever's top {reader.get('depth', 100)}), inputs cut at "
+        f"{reader.get('max_len')} tokens, batch {reader.get('batch_size')}, "
+        f"{reader.get('epochs')} epoch(s)" + f", from {reader.get('init')}"
+    )
+    dpr = (
+        "DPR trains one BERT-base reader per retriever and training setting on that "
+        "retriever's own top 100 (m = 24, 350 tokens, batch 16; 4 for WQ and TREC, whose "
+        "Multi reader is the NQ reader fine-tuned)"
+    )
+    if mode == "released":
+        text = (
+            f"Every row is read by the released reader {reader.get('released')} without "
+            "training, as AOpt's Table 4 read its rows with DPR's released reader. " + dpr + "."
+        )
+    elif mode == "per_retriever":
+        text = f"One reader per retriever and training setting, as DPR: {limits}. {dpr}."
+    else:
+        text = (
+            f"One reader shared by every row, trained on the {reader.get('train_run')} "
+            f"results of the training questions ({limits}), to fit the scale's budget. {dpr}: "
+            "a row here differs from another only in the passages its retriever hands the "
+            "same reader."
+        )
+    notes = {"reader": text}
+    split = reader.get("k_split")
+    where = f"the {split} questions" + (
+        " (training articles' questions the train split did not take)" if split == "heldout" else ""
+    )
+    if reader.get("k_per_row", True) or mode == "per_retriever":
+        how = f"chosen per row among {reader.get('ks')} on {where}, never on test questions"
+    else:
+        how = (
+            f"chosen once among {reader.get('ks')}, for the shared reader, on {where} read "
+            f"over its {reader.get('train_run')} run (never on test questions), and used by "
+            "every row"
+        )
+    notes["k"] = (
+        f"k, the passages read per question, is {how}; DPR tunes k on its dev sets (up to "
+        "100; 50 on NQ). The chosen k is the row's 'K' column."
+    )
+    notes["reader_precision"] = (
+        f"The reader's scoring precision (reader.precision: {reader.get('precision')}; auto: "
+        "bf16 where the hardware has fast bf16, fp32 otherwise, as encode.precision); the "
+        "row's 'Reader precision' column says which ran. Paths can differ in the second "
+        "decimal of EM; the papers read in fp32 (or fp16 on GPUs)."
+    )
+    if reader.get("sample"):
+        notes["sample"] = (
+            f"EM over a seeded sample of {reader['sample']} test questions (reader.sample; "
+            f"k is chosen on a sample of as many {split} questions) to fit the scale's budget; "
+            "the row's n says how many. Table 2's retrieval rows use every test question."
+        )
+    if scale == PAPER_SCALE and mode != "shared":
+        notes["reader"] = notes["reader"].replace(" to fit the scale's budget", "")
     return notes

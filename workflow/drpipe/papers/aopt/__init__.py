@@ -10,6 +10,7 @@ from drpipe.papers import ORACLE, Paper, Table2Source
 
 PACKAGE_DATA = ("papers/aopt/numbers.csv", "papers/aopt/citation.csv")
 TABLE3 = "copied from AOpt (Future Internet 2023), Table 3"
+TABLE4 = "copied from AOpt (Future Internet 2023), Table 4"
 
 PAPER = Paper(
     key="aopt",
@@ -18,6 +19,21 @@ PAPER = Paper(
     methods=("aopt",),
     # The paper's numbers were measured with the test answers: only oracle rows get them.
     table2=(Table2Source("3", TABLE3, protocol=ORACLE, by_setting=False),),
+    # Its Table 4 (exact match; NQ and TriviaQA) was read from the same oracle retrieval.
+    table4=(Table2Source("4", TABLE4, protocol=ORACLE, by_setting=False),),
+    table4_text={
+        "protocols": (
+            "AOpt rows read the passages of the AOpt runs of results/table2.csv (leak-free and "
+            "oracle apart). AOpt's Table 4 read its rows with DPR's released reader; here "
+            "every row is read by the reader the notes name.\n"
+        ),
+        ORACLE: (
+            "The paper's protocol: these rows read passages that AOpt ranked with the answers "
+            "of the very test questions evaluated here, so their exact match is an upper "
+            "bound, not comparable with the rows above. Paper values here are "
+            f"{TABLE4} (retrieval optimised with the test answers as well).\n\n"
+        ),
+    },
     # Its Table 3 order (the linear-weights label carries its beta and gamma).
     row_order=("Weighted-based", "DPR + AOpt(query)", "DPR + AOpt(passage)", "DPR + AOpt(hybrid)"),
     table2_text={

