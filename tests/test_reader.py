@@ -7,13 +7,14 @@ import json
 import math
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
 from test_evaluate import q, write_passages, write_run
 
 from drpipe.cli import main
-from drpipe.qa.datasets import write_questions
+from drpipe.qa.datasets import read_questions, write_questions
 from drpipe.reader.decode import best_span, decode
 from drpipe.reader.em import exact_match, normalize_answer
 from drpipe.reader.examples import build_examples, sample_negatives
@@ -357,3 +358,55 @@ def test_scoring_precision_paths_record_themselves_and_agree_with_fp32(
     a = np.array([out["fp32"][k]["select"] for k in sorted(out["fp32"])])
     b = np.array([out[precision][k]["select"] for k in sorted(out["fp32"])])
     assert np.corrcoef(a, b)[0, 1] > 0.9
+
+
+def test_warm_start_data_reads_only_train_articles_outside_the_corpus(data_mirror, tmp_path):
+    # Real SQuAD train: the corpus holds two of its articles; the warm start draws others,
+    # each question's own paragraph first in its "run", and the trainer's readers load it.
+    from drpipe.corpus.passages import PASSAGE_SCHEMA
+    from drpipe.corpus.sources import read_squad_articles, squad_title
+    from drpipe.io import write_parquet
+    from drpipe.reader.examples import read_gold
+    from drpipe.runs import read_run
+
+    squad = data_mirror / "squad" / "squad-train-v1.1.reconstructed.json.gz"
+    articles = read_squad_articles(squad)
+    inside = [squad_title(a["title"]) for a in articles[:2]]
+    write_parquet(tmp_path / "corpus.parquet", pa.Table.from_pylist(
+        [{"pid": i, "title": t, "text": "x", "source": "squad_train", "doc_id": i}
+         for i, t in enumerate(inside)], schema=PASSAGE_SCHEMA))  # fmt: skip
+    names = {"questions": "q.parquet", "passages": "p.parquet", "run": "r.parquet",
+             "gold": "gold.jsonl.gz", "report": "report.json"}  # fmt: skip
+    out = {k: tmp_path / f"ws.{v}" for k, v in names.items()}
+    cfg = {"articles": 3, "questions": 50, "seed": 13}
+    assert main(["reader", "warm-start", "--squad", str(squad),
+                 "--corpus", str(tmp_path / "corpus.parquet"), "--cfg", json.dumps(cfg),
+                 *[a for k, p in out.items() for a in (f"--{k}", str(p))]]) == 0  # fmt: skip
+    report = json.loads(out["report"].read_text())
+    counts = report["counts"]
+    assert counts["articles"] == len(articles) and counts["articles_in_corpus"] == 2
+    assert counts["questions"] == 50
+    assert counts["questions_not_drawn"] == counts["questions_of_drawn_articles"] - 50
+    assert not set(report["articles"]) & set(inside) and len(report["articles"]) == 3
+    questions = read_questions(out["questions"])
+    passages = pq.read_table(out["passages"]).to_pylist()
+    assert len(questions) == 50 and {p["title"] for p in passages} == set(report["articles"])
+    gold = read_gold(out["gold"])
+    run = read_run(out["run"], 1000, qids=[q["qid"] for q in questions])
+    text = {p["pid"]: p["text"] for p in passages}
+    for x in questions:
+        pids = run[x["qid"]][0].tolist()
+        assert pids[0] == gold[x["qid"]] and text[pids[0]] == x["gold_context"]
+        assert len(pids) == len(set(pids)) > 1
+        assert any(a in x["gold_context"] for a in x["answers"])
+    # Same cfg, same data.
+    again = {k: tmp_path / f"again.{v}" for k, v in names.items()}
+    assert main(["reader", "warm-start", "--squad", str(squad),
+                 "--corpus", str(tmp_path / "corpus.parquet"), "--cfg", json.dumps(cfg),
+                 *[a for k, p in again.items() for a in (f"--{k}", str(p))]]) == 0  # fmt: skip
+    assert read_questions(again["questions"]) == questions
+    # More articles than lie outside the corpus: a clear error naming the file.
+    assert main(["reader", "warm-start", "--squad", str(squad),
+                 "--corpus", str(tmp_path / "corpus.parquet"),
+                 "--cfg", json.dumps({**cfg, "articles": len(articles)}),
+                 *[a for k, p in again.items() for a in (f"--{k}", str(p))]]) == 2  # fmt: skip

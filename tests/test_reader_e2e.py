@@ -44,6 +44,14 @@ def test_table4_reads_every_table2_row(run):
     assert set(t4["reader_squad"]) == {"bm25/none"} and t4["k_squad"].nunique() == 1
     assert [p.name for p in (work / "results/readers").glob("*/*/*") if p.is_dir()] == ["squad"]
     assert (work / "results/readers/bm25/none/squad").is_dir()
+    # The warm start read SQuAD train articles the corpus does not hold, and the shared reader
+    # trained from it.
+    data = json.loads((work / "results/reader_warm_start/data.report.json").read_text())
+    assert data["counts"]["articles_drawn"] == 2 and data["counts"]["questions"] == 32
+    corpus = set(pd.read_parquet(work / "results/corpus/passages.parquet")["title"])
+    assert not set(data["articles"]) & corpus
+    shared = json.loads((work / "results/readers/bm25/none/squad.report.json").read_text())
+    assert shared["cfg"]["init"] == "results/readers/warm_start"
     assert sorted(p.name for p in (work / "results/reader_scores/bm25/none").glob("*.parquet")) == [
         "squad-heldout.parquet", "squad-test.parquet"]  # fmt: skip
     score = json.loads(

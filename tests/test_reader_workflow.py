@@ -55,6 +55,15 @@ def test_mini_plans_one_shared_reader_and_one_heldout_run_for_k(work):
             "aopt-oracle-hybrid-r1"} <= runs  # fmt: skip
     assert all("results/answers/bm25/none/squad.k.json" in j["input"] for j in reads)
     assert len(by_rule["table4"]) == 1
+    # The local-scale warm start: one reader on SQuAD train articles outside the corpus, from
+    # which the shared reader trains.
+    assert [j["output"] for j in by_rule["reader_warm_start"]] == ["results/readers/warm_start"]
+    data = by_rule["reader_warm_start_data"][0]
+    assert "results/corpus/passages.parquet" in data["input"]
+    assert any("squad-train" in i for i in data["input"])
+    (shared,) = by_rule["reader_train"]
+    assert "results/readers/warm_start" in shared["input"]
+    assert '"init": "results/readers/warm_start"' in shared["cfg"]
 
 
 def test_paper_plans_a_reader_per_retriever_and_nq_fine_tuning_for_wq_and_trec(work):
@@ -72,6 +81,8 @@ def test_paper_plans_a_reader_per_retriever_and_nq_fine_tuning_for_wq_and_trec(w
     single = train["results/readers/dpr/wq/wq"]
     assert '"init": "bert-base-uncased"' in single["cfg"] and '"batch_size": 4' in single["cfg"]
     assert not [i for i in single["input"] if "/readers/" in i]
+    # No warm start at paper scale: DPR's readers start from BERT.
+    assert not [j for j in planned if j["rule"].startswith("reader_warm_start")]
     nq = train["results/readers/dpr/multi/nq"]
     assert '"batch_size": 16' in nq["cfg"] and '"passages": 24' in nq["cfg"]
     assert "gpu=8" in nq["resources"]

@@ -104,10 +104,12 @@ AOPT_ROUNDS = {
     "figure7": {"dataset": "squad", "rounds": 2},
 }
 # A tiny reader for Table 4: 4 passages per question, 128 tokens, one epoch, k among 1 and 2,
-# a sample of 40 evaluated (and held-out) questions.
+# a sample of 40 evaluated (and held-out) questions, a warm start on 32 questions.
 READER = {
     "passages": 4, "max_len": 128, "epochs": 1, "batch_size": 8, "val_k": 2,
     "eval_batch_size": 16, "ks": [1, 2], "sample": 40,
+    "warm_start": {"source": "squad_train", "articles": 2, "questions": 32, "passages": 2,
+                   "epochs": 1},
 }  # fmt: skip
 # The shared run: TINY with every method of config.yaml, AOpt's two rounds and the reader.
 OVERLAY = {**TINY, "aopt": AOPT_ROUNDS, "reader": READER}

@@ -938,16 +938,32 @@ def is_multi(train_set):
 
 def reader_start(rrun, rts, dataset):
     """The reader a reader starts from, if any: in the Multi setting, reader.multi_finetune
-    names the dataset whose reader (same retriever, same train set) a dataset fine-tunes.
+    names the dataset whose reader (same retriever, same train set) a dataset fine-tunes;
+    else the warm-started reader (reader.warm_start, local scales), else none (reader.init).
     """
     source = RC["multi_finetune"].get(dataset)
     if source is None or not is_multi(rts):
-        return []
+        return [WARM_START_READER] if RC["warm_start"] else []
     if source == dataset:
         raise ValueError(
             f"config: reader.multi_finetune.{dataset} names the dataset itself"
         )
     return [f"results/readers/{rrun}/{rts}/{source}"]
+
+
+WARM_START_READER = "results/readers/warm_start"
+
+
+def warm_start_data_cfg():
+    ws = RC["warm_start"]
+    return {"articles": ws["articles"], "questions": ws["questions"], "seed": C["seed"]}
+
+
+def warm_start_train_cfg():
+    """The reader's training cfg for its warm start: reader.warm_start's epochs and m."""
+    cfg = with_model_paths({k: RC[k] for k in READER_KEYS})
+    ws = RC["warm_start"]
+    return {**cfg, "epochs": ws["epochs"], "passages": ws["passages"]}
 
 
 def reader_batch_size(dataset):
@@ -1000,7 +1016,7 @@ def reader_mode():
 def table4_setup():
     """What Table 4's notes say: Table 2's setup and the reader's (drpipe.tables.notes)."""
     keys = ("init", "passages", "depth", "max_len", "epochs", "batch_size", "ks", "k_split",
-            "k_per_row", "precision", "released", "sample", "val_k")  # fmt: skip
+            "k_per_row", "precision", "released", "sample", "val_k", "warm_start")  # fmt: skip
     reader = {k: RC[k] for k in keys}
     reader["mode"] = reader_mode()
     reader["train_run"] = "{run}/{train_set}".format(**RC["train_run"])

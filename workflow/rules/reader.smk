@@ -153,3 +153,62 @@ rule read:
         "drpipe reader predict --scores {input.scores:q} --run {input.run:q}"
         " --questions {input.questions:q} --k-from {input.k:q} --out {output.answers:q}"
         " --metrics {output.metrics:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+# A local-scale warm start (reader.warm_start; issue 19, DPR trains from BERT on far more
+# questions): reading comprehension over SQuAD train articles outside the corpus, then the
+# reader trains on the retriever's results from it (reader_start). Said in Table 4's notes.
+rule reader_warm_start_data:
+    input:
+        squad=lambda w: source_file(RC["warm_start"]["source"]),
+        corpus="results/corpus/passages.parquet",
+    output:
+        questions="results/reader_warm_start/questions.parquet",
+        passages="results/reader_warm_start/passages.parquet",
+        run="results/reader_warm_start/run.parquet",
+        gold="results/reader_warm_start/gold.jsonl.gz",
+        report="results/reader_warm_start/data.report.json",
+    log:
+        "results/logs/reader_warm_start_data/reader_warm_start_data.log",
+    benchmark:
+        "results/benchmarks/rules/reader_warm_start_data/reader_warm_start_data.tsv"
+    conda:
+        env()
+    params:
+        cfg=lambda w: cfg_json(warm_start_data_cfg()),
+        code=code("drpipe.reader"),
+    shell:
+        "drpipe reader warm-start --squad {input.squad:q} --corpus {input.corpus:q}"
+        " --questions {output.questions:q} --passages {output.passages:q}"
+        " --run {output.run:q} --gold {output.gold:q} --report {output.report:q}"
+        " --cfg {params.cfg:q} 2> {log:q}"
+
+
+rule reader_warm_start:
+    input:
+        run="results/reader_warm_start/run.parquet",
+        questions="results/reader_warm_start/questions.parquet",
+        passages="results/reader_warm_start/passages.parquet",
+        gold="results/reader_warm_start/gold.jsonl.gz",
+        models=model_inputs(RC["init"]),
+    output:
+        reader=directory(WARM_START_READER),
+        report=f"{WARM_START_READER}.report.json",
+    log:
+        "results/logs/reader_warm_start/reader_warm_start.log",
+    benchmark:
+        "results/benchmarks/rules/reader_warm_start/reader_warm_start.tsv"
+    conda:
+        env(gpu=True)
+    threads: C["threads"]
+    resources:
+        gpu=lambda w: gpus(1),
+    params:
+        cfg=lambda w: cfg_json(warm_start_train_cfg()),
+        opts=runtime(lambda w: options({"checkpoint_every": RC["checkpoint_every"]})),
+        code=code("drpipe.reader"),
+    shell:
+        "drpipe reader train --run {input.run:q} --questions {input.questions:q}"
+        " --passages {input.passages:q} --gold {input.gold:q} --out {output.reader:q}"
+        " --report {output.report:q} --cfg {params.cfg:q} {params.opts}"
+        " --threads {threads} --nproc {resources.gpu} 2> {log:q}"

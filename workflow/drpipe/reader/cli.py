@@ -1,5 +1,7 @@
 """``drpipe reader ...``: train a reader, score (question, passage) pairs, choose k, predict.
 
+    drpipe reader warm-start --squad TRAIN.json --corpus P --questions Q --passages P2 --run R
+                          --gold G --report J --cfg '{"articles": N, "questions": M, "seed": S}'
     drpipe reader train   --run R --questions Q --passages P [--gold G] --out DIR --report J --cfg '{...}'
     drpipe reader score   --reader DIR --questions Q --passages P --runs R1 [R2 ...] --out S
                           [--cache OLD_S] --cfg '{"depth": K}'
@@ -225,6 +227,16 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warm_start(args: argparse.Namespace) -> int:
+    from drpipe.reader.warmstart import build_warm_start, write_warm_start
+
+    ws = build_warm_start(args.squad, args.corpus, args.cfg)
+    write_warm_start(ws, {k: getattr(args, k) for k in ("questions", "passages", "run", "gold",
+                                                        "report")})  # fmt: skip
+    log.info("warm start: %s", ws.counts)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     top = sub.add_parser("reader", help="end-to-end QA: the reader (DPR section 6.1)")
     rs = top.add_subparsers(dest="reader_command", required=True)
@@ -241,6 +253,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_cfg(p)
     add_runtime(p, "checkpoint_every", "log_every", "eval_batch_size")
     p.set_defaults(func=_train)
+
+    p = rs.add_parser("warm-start", help="reading-comprehension data from SQuAD train articles "
+                      "outside the corpus, in the shapes `reader train` reads")  # fmt: skip
+    p.add_argument("--squad", required=True, help="SQuAD v1.1 train JSON")
+    p.add_argument(
+        "--corpus", required=True, help="the scale's passages (their articles are left out)"
+    )
+    for name in ("questions", "passages", "run", "gold", "report"):
+        p.add_argument("--" + name, required=True, type=Path)
+    add_cfg(p)
+    p.set_defaults(func=_warm_start)
 
     p = rs.add_parser("score", help="reader scores of the runs' top (question, passage) pairs")
     p.add_argument("--reader", required=True, help="reader directory")

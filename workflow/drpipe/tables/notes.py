@@ -159,6 +159,14 @@ def reader_notes(reader: dict[str, Any], scale: str) -> dict[str, str]:
         f"{reader.get('max_len')} tokens, batch {reader.get('batch_size')}, "
         f"{reader.get('epochs')} epoch(s)" + f", from {reader.get('init')}"
     )
+    ws = reader.get("warm_start")
+    if ws:
+        limits += (
+            f", warm-started on reading comprehension over {ws['questions']} questions of "
+            f"{ws['articles']} SQuAD train articles that the corpus does not hold (m = "
+            f"{ws['passages']}, negatives the article's other paragraphs, {ws['epochs']} "
+            "epoch(s); a local-scale deviation: DPR's reader starts from BERT)"
+        )
     dpr = (
         "DPR trains one BERT-base reader per retriever and training setting on that "
         "retriever's own top 100 (m = 24, 350 tokens, batch 16; 4 for WQ and TREC, whose "
