@@ -108,6 +108,27 @@ def test_batches_stay_put_on_a_cpu():
     assert moved["input_ids"] is batch["input_ids"]  # no copy, no pinning without CUDA
 
 
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_a_half_precision_checkpoint_loads_as_fp32_weights(tmp_path, half):
+    # transformers 5 keeps a checkpoint's dtype by default: an fp16/bf16 init would otherwise
+    # train and "fp32"-encode in half precision (seen with an fp16 copy of MiniLM, issue 20).
+    from tiny_models import save_tiny_bert
+    from transformers import AutoModel
+
+    from drpipe.encoders import BiEncoder
+
+    path = tmp_path / "tiny"
+    save_tiny_bert(path, ["who wrote the book", "a passage about the book"])
+    AutoModel.from_pretrained(path).to(half).save_pretrained(path)
+    stored = AutoModel.from_pretrained(path, dtype=half).state_dict()
+    bi = BiEncoder.from_init(str(path), pooling="mean")
+    got = bi.query.model.state_dict()
+    floats = {k: v.dtype for k, v in got.items() if v.is_floating_point()}
+    assert floats and set(floats.values()) == {torch.float32}, floats
+    for k, v in stored.items():  # the upcast is exact
+        assert torch.equal(got[k], v.float() if v.is_floating_point() else v), k
+
+
 def test_bad_precision_in_cfg_names_the_key(corpus, model, tmp_path):
     model_dir, bi = model
     with pytest.raises(SystemExit, match="precision must be one of"):

