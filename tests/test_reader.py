@@ -360,6 +360,23 @@ def test_scoring_precision_paths_record_themselves_and_agree_with_fp32(
     assert np.corrcoef(a, b)[0, 1] > 0.9
 
 
+def test_int8_scoring_is_refused_on_a_gpu_before_anything_is_read(files, tmp_path, monkeypatch):
+    # int8 is dynamic quantization, a CPU-only path: on a GPU `reader score` stops with a
+    # message naming the setting, before it reads the runs or loads the reader (here there is
+    # no reader directory at all, so anything read first would fail otherwise).
+    import drpipe.encoders
+
+    monkeypatch.setattr(drpipe.encoders, "select_device", lambda: torch.device("cuda", 0))
+    with pytest.raises(SystemExit) as exc:
+        main(["reader", "score", "--reader", str(tmp_path / "no-reader"),
+              "--questions", str(files["questions"]), "--passages", str(files["passages"]),
+              "--runs", str(files["run"]), "--out", str(tmp_path / "s.parquet"),
+              "--cfg", json.dumps({"depth": 2, "precision": "int8"})])  # fmt: skip
+    msg = str(exc.value)
+    assert "cfg.precision" in msg and "int8" in msg and "CPUs only" in msg and "cuda:0" in msg
+    assert not (tmp_path / "s.parquet").exists()
+
+
 def test_warm_start_data_reads_only_train_articles_outside_the_corpus(data_mirror, tmp_path):
     # Real SQuAD train: the corpus holds two of its articles; the warm start draws others,
     # each question's own paragraph first in its "run", and the trainer's readers load it.

@@ -101,6 +101,12 @@ def _score(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg["threads"]))
+    device = select_device()
+    # Before anything is read: a precision this device cannot run (int8 on a GPU) stops here.
+    try:
+        resolved = resolve_precision(cfg.get("precision", "auto"), device)
+    except ValueError as exc:
+        raise SystemExit(f"error: drpipe reader score: cfg.precision: {exc}") from None
     from drpipe.reader.settings import sample_questions
 
     everyone = read_questions(args.questions)
@@ -124,14 +130,14 @@ def _score(args: argparse.Namespace) -> int:
         passages = load_passages(args.passages, {pid for _, pid in todo})
     except KeyError as exc:
         raise InputError(args.runs[0], None, f"runs refer to unknown passages: {exc}") from None
-    device = select_device()
-    resolved = resolve_precision(cfg.get("precision", "auto"), device)
     # int8 is a quantized copy for the CPU; other paths run the reader on the device.
     reader = quantize_int8(reader) if resolved.path == "int8" else reader.to(device)
+    t_score = time.perf_counter()
     rows = score_pairs(
         reader, todo, qmap, passages, batch_size=int(cfg.get("eval_batch_size") or 32),
         device=device, bf16=resolved.path == "bf16",
     )  # fmt: skip
+    score_seconds = time.perf_counter() - t_score
     new = {(r["qid"], r["pid"]): r for r in rows}
     precision = resolved.path
     if cached_precision and len(todo) < len(pairs) and cached_precision != precision:
@@ -150,8 +156,13 @@ def _score(args: argparse.Namespace) -> int:
                 "sample": cfg.get("sample"),
                 **resolved.report(),
                 "device": str(device),
+                "eval_batch_size": int(cfg.get("eval_batch_size") or 32),
                 "pairs_per_second": len(todo) / max(time.perf_counter() - t0, 1e-9),
                 "seconds": time.perf_counter() - t0,
+                # score_pairs alone (tokenising, forward passes, decoding): no file reading
+                # or model loading, which the two above include.
+                "score_seconds": score_seconds,
+                "score_pairs_per_second": len(todo) / max(score_seconds, 1e-9),
                 "environment": environment(("cpu", "torch")),
             },
         )

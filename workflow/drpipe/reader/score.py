@@ -100,7 +100,9 @@ def score_pairs(
                 idx = order[s : s + batch_size]
                 ids, att, _ = pad_inputs([[encs[i] for i in idx]], tok.pad_token_id)
                 start, end, select = reader(ids.to(device), att.to(device))
-                start, end, select = start[0].float().cpu(), end[0].float().cpu(), select[0]
+                # One copy to the host per batch (not a device sync per pair).
+                start, end = start[0].float().cpu(), end[0].float().cpu()
+                select = select[0].float().cpu()
                 for j, i in enumerate(idx):
                     qid, pid = pairs[i]
                     span = decode(
