@@ -40,11 +40,14 @@ def rng_states() -> dict[str, Any]:
             "gauss": float(gauss),
         },
         "torch": torch.get_rng_state(),
+        # Dropout on a GPU draws from the CUDA generators: without them a resumed GPU run
+        # would not end with the uninterrupted run's weights.
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
     }
 
 
 def set_rng_states(state: dict[str, Any]) -> None:
-    """Restore what ``rng_states`` saved (python, numpy and torch generators)."""
+    """Restore what ``rng_states`` saved (python, numpy, torch and CUDA generators)."""
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     n = state["numpy"]
@@ -52,6 +55,14 @@ def set_rng_states(state: dict[str, Any]) -> None:
         (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"])
     )
     torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda") or []  # absent in checkpoints written before it was saved
+    if cuda and torch.cuda.is_available():
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+        else:
+            log.warning("checkpoint has the CUDA RNG states of %d devices, this process sees "
+                        "%d: resuming with fresh ones (dropout draws differ from an "
+                        "uninterrupted run)", len(cuda), torch.cuda.device_count())  # fmt: skip
 
 
 def fingerprint(method: str, cfg: dict, train: Sequence[Path], val: Sequence[Path]) -> str:
