@@ -37,7 +37,7 @@ from drpipe.reader.model import build_reader
 from drpipe.reader.score import Tokens, exact_match_percent, predict, score_pairs
 from drpipe.reader.settings import RUNTIME_KEYS, limits, resolve_cfg
 from drpipe.runs import read_run
-from drpipe.training.build import linear_schedule, make_optimizer
+from drpipe.training.build import deterministic_on_cpu, linear_schedule, make_optimizer
 from drpipe.training.checkpoints import (
     fingerprint,
     load_checkpoint,
@@ -72,13 +72,7 @@ class ReaderTrainer:
         torch.set_num_threads(self.threads)
         self.device = select_device()
         self.bf16 = use_bf16(cfg["bf16"], self.device)
-        if self.device.type == "cpu":
-            torch.use_deterministic_algorithms(True, warn_only=True)
-            # Deterministic mode also fills every new tensor with NaN (to expose reads of
-            # uninitialised memory): 13% of a MiniLM step here (10.2 -> 8.9 s, batch 4 x 4
-            # passages x 192 tokens, 6 paired runs). The kernels a step runs write all their
-            # output, so results are the same without it (the resume test checks weights).
-            torch.utils.deterministic.fill_uninitialized_memory = False
+        deterministic_on_cpu(self.device)
         random.seed(seed + self.dctx.rank)
         np.random.seed(seed + self.dctx.rank)
 

@@ -65,3 +65,14 @@ def init_model(out_dir: str | Path, cfg: dict[str, Any]) -> dict[str, Any]:
     with atomic_path(out_dir, directory=True) as tmp:
         model.save(tmp)
     return {"init": full["init"], "meta": model.meta()}
+
+
+def deterministic_on_cpu(device: torch.device) -> None:
+    """CPU runs are deterministic (same config, same weights). Deterministic mode also fills
+    every new tensor with NaN (to expose reads of uninitialised memory): 13% of a MiniLM
+    reader step (10.2 -> 8.9 s, batch 4 x 4 passages x 192 tokens, 6 paired runs). The kernels
+    a step runs write all their output, so the weights are the same without it (checked
+    bitwise; the resume and rerun tests compare weights and tables)."""
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = False

@@ -24,7 +24,12 @@ from drpipe.encoders import autocast, select_device, use_bf16
 from drpipe.io import atomic_path, progress
 from drpipe.methods import get_method
 from drpipe.methods.base import CollateContext
-from drpipe.training.build import build_model, linear_schedule, make_optimizer
+from drpipe.training.build import (
+    build_model,
+    deterministic_on_cpu,
+    linear_schedule,
+    make_optimizer,
+)
 from drpipe.training.checkpoints import (
     fingerprint,
     load_checkpoint,
@@ -93,8 +98,7 @@ class Trainer:
         torch.set_num_threads(self.threads)
         self.device = select_device()
         self.bf16 = use_bf16(cfg["bf16"], self.device)
-        if self.device.type == "cpu":
-            torch.use_deterministic_algorithms(True, warn_only=True)
+        deterministic_on_cpu(self.device)
         random.seed(seed + self.dctx.rank)
         np.random.seed(seed + self.dctx.rank)
         torch.manual_seed(seed + self.dctx.rank)  # different dropout masks per rank, as in DDP
