@@ -8,6 +8,9 @@ PYTHON ?= python3
 CORES ?= all
 TARGET ?= all
 SNAKEMAKE_ARGS ?=
+# Config values for the run, e.g. CONFIG="encode.precision=int8" (Snakemake keeps only the last
+# --config it is given, so they join the scale's rather than going in SNAKEMAKE_ARGS).
+CONFIG ?=
 # CPU build of torch; a bare `torch` would pull a multi-GB CUDA build (see envs/gpu.yaml).
 TORCH ?= torch==2.13.0
 DATA_MIRROR ?=
@@ -19,6 +22,8 @@ STAMP := $(VENV)/.drpipe-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+# Absolute, so that a relative mirror (../shared/data) still resolves under `--directory`.
+override DATA_MIRROR := $(if $(DATA_MIRROR),$(abspath $(DATA_MIRROR)))
 export DATA_MIRROR
 export PATH := $(abspath $(BIN)):$(PATH)
 
@@ -34,10 +39,12 @@ $(STAMP): pyproject.toml
 	touch $@
 
 run: install
-	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(SNAKEMAKE_ARGS) $(TARGET)
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(SNAKEMAKE_ARGS) $(TARGET) \
+		$(if $(CONFIG),--config $(CONFIG))
 
 squad: install
-	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --config scale=squad $(SNAKEMAKE_ARGS) $(TARGET)
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(SNAKEMAKE_ARGS) $(TARGET) \
+		--config scale=squad $(CONFIG)
 
 # The paper scale rehearsed on CPU before GPU-days are spent (config scales.rehearsal): every
 # paper-scale rule and table on stand-in inputs of the papers' formats made from DATA_MIRROR
@@ -45,7 +52,7 @@ squad: install
 REHEARSAL_DIR ?= rehearsal
 rehearse: install
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --directory $(REHEARSAL_DIR) \
-		--config scale=rehearsal $(SNAKEMAKE_ARGS) results/run_summary.md
+		$(SNAKEMAKE_ARGS) results/run_summary.md --config scale=rehearsal $(CONFIG)
 	cat $(REHEARSAL_DIR)/results/run_summary.md
 
 # Audit a finished run without rebuilding anything: lineage of every table cell, what the

@@ -343,3 +343,52 @@ def test_a_tuned_weight_without_held_out_questions_is_a_config_error(tmp_path):
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert "hybrid.lambda 'tune'" in text and "dev_examples" in text
+
+
+def _make_snakemake_args(target: str, *assignments: str) -> list[str]:
+    """The arguments `make TARGET` would pass to Snakemake (`make -n`, nothing runs)."""
+    import shlex
+    import subprocess
+
+    out = subprocess.run(
+        ["make", "-n", "-C", str(REPO), target, "STAMP=/dev/null", *assignments],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    line = next(ln for ln in out.replace("\\\n", " ").splitlines() if "snakemake --profile" in ln)
+    return shlex.split(line)[1:]
+
+
+@pytest.mark.parametrize(
+    ("make_target", "scale", "target"),
+    [("run", None, "results/table4.csv"), ("squad", "squad", "results/table4.csv"),
+     ("rehearse", "rehearsal", "results/run_summary.md")],  # fmt: skip
+)
+def test_make_targets_reach_snakemake_as_targets(make_target, scale, target, tmp_path) -> None:
+    # `--config` takes every word after it: a target placed after it was read as a config
+    # value (`make rehearse` stopped at once), and a second --config replaces the first.
+    from snakemake.cli import get_argument_parser
+
+    args = get_argument_parser().parse_args(
+        _make_snakemake_args(
+            make_target, f"TARGET={target}", "CONFIG=encode.precision=int8",
+            "SNAKEMAKE_ARGS=-n", "DATA_MIRROR=../shared/data",
+        )  # fmt: skip
+    )
+    assert args.targets == [target] and args.dryrun
+    assert args.config == [*([f"scale={scale}"] if scale else []), "encode.precision=int8"]
+
+
+@pytest.mark.parametrize("how", ["environment", "command line"])
+def test_make_exports_the_mirror_absolute(how: str) -> None:
+    # `make rehearse` runs in --directory rehearsal/, where ../shared/data is another folder.
+    import os
+    import subprocess
+
+    given = {"DATA_MIRROR": "../shared/data"}
+    out = subprocess.run(
+        ["make", "-s", "-C", str(REPO), "--eval", "show-mirror: ; @echo $$DATA_MIRROR",
+         "show-mirror", *(["DATA_MIRROR=../shared/data"] if how == "command line" else [])],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, **(given if how == "environment" else {})},
+    ).stdout.strip()  # fmt: skip
+    assert out == str((REPO / "../shared/data").resolve()), out
