@@ -8,8 +8,8 @@ PYTHON ?= python3
 CORES ?= all
 TARGET ?= all
 SNAKEMAKE_ARGS ?=
-# Config values for the run, e.g. CONFIG="encode.precision=int8" (Snakemake keeps only the last
-# --config it is given, so they join the scale's rather than going in SNAKEMAKE_ARGS).
+# Config values for the run in Snakemake's --config syntax, e.g. CONFIG='encode="{precision: int8}"'
+# (Snakemake keeps only the last --config it is given, so they join the scale's here).
 CONFIG ?=
 # CPU build of torch; a bare `torch` would pull a multi-GB CUDA build (see envs/gpu.yaml).
 TORCH ?= torch==2.13.0

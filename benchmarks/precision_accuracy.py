@@ -11,8 +11,8 @@ question reports), and prints, per path, top-k, the paired difference to the bas
 the encoding speed each run recorded. Procedure (the ``squad`` scale's DPR, as in README)::
 
     for p in fp32 bf16 int8; do
-        snakemake --profile profiles/default --cores 2 \\
-            results/metrics/dpr/squad/squad-test.json --config scale=squad encode.precision=$p
+        make squad TARGET=results/metrics/dpr/squad/squad-test.json \\
+            CONFIG="encode='{precision: $p}'"
         python benchmarks/precision_accuracy.py snapshot results dpr/squad squad-test prec/$p
     done
     python benchmarks/precision_accuracy.py compare dpr/squad squad-test \\

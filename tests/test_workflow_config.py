@@ -366,16 +366,20 @@ def _make_snakemake_args(target: str, *assignments: str) -> list[str]:
 def test_make_targets_reach_snakemake_as_targets(make_target, scale, target, tmp_path) -> None:
     # `--config` takes every word after it: a target placed after it was read as a config
     # value (`make rehearse` stopped at once), and a second --config replaces the first.
-    from snakemake.cli import get_argument_parser
+    from snakemake.cli import get_argument_parser, parse_config
 
     args = get_argument_parser().parse_args(
         _make_snakemake_args(
-            make_target, f"TARGET={target}", "CONFIG=encode.precision=int8",
+            make_target, f"TARGET={target}", """CONFIG=encode="{precision: int8}" seed=7""",
             "SNAKEMAKE_ARGS=-n", "DATA_MIRROR=../shared/data",
         )  # fmt: skip
     )
     assert args.targets == [target] and args.dryrun
-    assert args.config == [*([f"scale={scale}"] if scale else []), "encode.precision=int8"]
+    assert args.config == [*([f"scale={scale}"] if scale else []), "encode={precision: int8}",
+                           "seed=7"]  # fmt: skip
+    assert parse_config(args.config) == {
+        **({"scale": scale} if scale else {}), "encode": {"precision": "int8"}, "seed": 7
+    }  # fmt: skip
 
 
 @pytest.mark.parametrize("how", ["environment", "command line"])
