@@ -100,6 +100,12 @@ def pytest_collection_modifyitems(config, items):
     if not names or factory is None or config.getoption("collectonly") or not mirror_dir().is_dir():
         return
     root = factory.getbasetemp()
+    # One thread per process from here on, the builder's jobs included (workflow_util passes
+    # --max-threads 1): two multi-threaded torch processes on two cores spin against each other
+    # (a MiniLM test measured 13 s alone, 76 s beside the builder's two-thread jobs).
+    os.environ["OMP_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
     log = open(root / "tiny-builder.log", "w")  # noqa: SIM115 - the builder's, closed at exit
     _BUILDER = subprocess.Popen(
         [sys.executable, str(Path(runs.__file__)), str(root), *names],

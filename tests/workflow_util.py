@@ -120,6 +120,9 @@ def snakemake(
         str(repo / "profiles" / "default"),
         "--cores",
         "2",
+        # Two one-thread jobs at once: the tests' own process runs beside them (conftest.py).
+        "--max-threads",
+        "1",
         "--configfile",
         str(repo / "config.yaml"),
     ]
