@@ -80,6 +80,11 @@ def tiny_audited(shared_tmp, data_mirror) -> tuple[Path, Path]:
 
 
 _BUILDER: subprocess.Popen | None = None
+# Where the tests that need the touched DAG or the DPR run start, as a fraction of the way
+# through the tests that need none (the DPR run takes the builder ~3 of their ~9 minutes).
+EARLY_AT = 0.35
+# The threads this process had before it went to one beside the builder, and OMP_NUM_THREADS.
+_THREADS: tuple[int, str | None] | None = None
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m have deselected what will not run
@@ -94,7 +99,21 @@ def pytest_collection_modifyitems(config, items):
     def ready(item) -> int:  # builder steps until the last run the item needs is there
         return max((runs.ORDER.index(r) + 1 for r in needs[item.nodeid]), default=0)
 
-    items.sort(key=ready)  # stable: within a step, collection order
+    # The tests that need no tiny run first, in collection order; those that need only the
+    # touched DAG or the DPR run join them part-way (EARLY_AT of the way through), about when
+    # the builder has made that run, so that the fake-SLURM DAG runs beside the builder
+    # rather than after it; the rest after, in the order the builder makes their runs.
+    first = [i for i in items if ready(i) == 0]
+    where = {i.nodeid: n / max(1, len(first)) for n, i in enumerate(first)}
+    early = runs.ORDER.index("tiny-dpr") + 1
+
+    def order(item) -> float:
+        step = ready(item)
+        if step == 0:
+            return where[item.nodeid]
+        return EARLY_AT + step / 1000 if step <= early else 1.0 + step
+
+    items.sort(key=order)  # stable: equal keys keep collection order
     names = [r for r in runs.ORDER if any(r in n for n in needs.values())]
     factory = getattr(config, "_tmp_path_factory", None)  # pytest's own, as tmp_path uses
     if not names or factory is None or config.getoption("collectonly") or not mirror_dir().is_dir():
@@ -103,14 +122,33 @@ def pytest_collection_modifyitems(config, items):
     # One thread per process from here on, the builder's jobs included (workflow_util passes
     # --max-threads 1): two multi-threaded torch processes on two cores spin against each other
     # (a MiniLM test measured 13 s alone, 76 s beside the builder's two-thread jobs).
+    global _THREADS
+    torch = sys.modules.get("torch")
+    _THREADS = (torch.get_num_threads() if torch else 0, os.environ.get("OMP_NUM_THREADS"))
     os.environ["OMP_NUM_THREADS"] = "1"
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
+    if torch:
+        torch.set_num_threads(1)
     log = open(root / "tiny-builder.log", "w")  # noqa: SIM115 - the builder's, closed at exit
     _BUILDER = subprocess.Popen(
         [sys.executable, str(Path(runs.__file__)), str(root), *names],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _threads_back_after_the_builder():
+    """The threads this process had, once the builder has finished (the cores are free)."""
+    global _THREADS
+    if _THREADS is not None and _BUILDER is not None and _BUILDER.poll() is not None:
+        threads, omp = _THREADS
+        _THREADS = None
+        if omp is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = omp
+        if "torch" in sys.modules:  # imported before the builder started, or after
+            sys.modules["torch"].set_num_threads(threads or os.cpu_count() or 1)
+    yield
 
 
 def pytest_sessionfinish(session, exitstatus):

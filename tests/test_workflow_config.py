@@ -360,8 +360,11 @@ def _make_snakemake_args(target: str, *assignments: str) -> list[str]:
 
 @pytest.mark.parametrize(
     ("make_target", "scale", "target"),
-    [("run", None, "results/table4.csv"), ("squad", "squad", "results/table4.csv"),
-     ("rehearse", "rehearsal", "results/run_summary.md")],  # fmt: skip
+    [
+        ("run", None, "results/table4.csv"),
+        ("squad", "squad", "results/table4.csv"),
+        ("rehearse", "rehearsal", "results/run_summary.md"),
+    ],  # fmt: skip
 )
 def test_make_targets_reach_snakemake_as_targets(make_target, scale, target, tmp_path) -> None:
     # `--config` takes every word after it: a target placed after it was read as a config
@@ -370,8 +373,11 @@ def test_make_targets_reach_snakemake_as_targets(make_target, scale, target, tmp
 
     args = get_argument_parser().parse_args(
         _make_snakemake_args(
-            make_target, f"TARGET={target}", """CONFIG=encode="{precision: int8}" seed=7""",
-            "SNAKEMAKE_ARGS=-n", "DATA_MIRROR=../shared/data",
+            make_target,
+            f"TARGET={target}",
+            """CONFIG=encode="{precision: int8}" seed=7""",
+            "SNAKEMAKE_ARGS=-n",
+            "DATA_MIRROR=../shared/data",
         )  # fmt: skip
     )
     assert args.targets == [target] and args.dryrun
