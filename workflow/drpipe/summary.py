@@ -61,16 +61,26 @@ def index_types(results: Path) -> Counter[str]:
 
 
 def search_depths(results: Path) -> dict[str, Counter]:
-    """Depths the run files were written at, by kind of run (BM25, dense, hybrid)."""
-    out: dict[str, Counter] = {"bm25": Counter(), "dense": Counter(), "hybrid": Counter()}
+    """Depths the run files were searched at, by kind: BM25 runs (``hits``), dense runs (the
+    index's ``search_depth``), hybrids (the dense list's ``dense_depth``) and the BM25 searches
+    that hybrids fuse (``bm25/hybrid``, ``hits``). A report without its depth counts as
+    ``unknown``, so that a renamed field shows instead of vanishing."""
+    out: dict[str, Counter] = {"bm25": Counter(), "dense": Counter(), "hybrid (dense)": Counter(),
+                               "hybrid (BM25)": Counter()}  # fmt: skip
     for rep in results.glob("runs/*/*/*.report.json"):
         r = read_json(rep)
         run = rep.parent.parent.name
-        kind = "bm25" if run == "bm25" else "hybrid" if run.endswith("+bm25") else "dense"
-        cfg = r.get("cfg") or {}
-        depth = cfg.get("hits") or cfg.get("depth") or cfg.get("top_k") or r.get("depth")
-        out[kind][str(depth)] += 1
-    return out
+        if run == "bm25":
+            kind, depth = "bm25", r.get("hits")
+        elif run.endswith("+bm25"):
+            kind, depth = "hybrid (dense)", r.get("dense_depth")
+        else:
+            kind, depth = "dense", r.get("search_depth", r.get("top_k"))
+        out[kind]["unknown" if depth is None else str(depth)] += 1
+    for rep in results.glob("bm25/hybrid/*.report.json"):
+        depth = read_json(rep).get("hits")
+        out["hybrid (BM25)"]["unknown" if depth is None else str(depth)] += 1
+    return {k: c for k, c in out.items() if c}
 
 
 def tables_written(results: Path) -> list[tuple[str, str]]:
