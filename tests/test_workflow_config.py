@@ -402,3 +402,32 @@ def test_make_exports_the_mirror_absolute(how: str) -> None:
         env={**os.environ, **(given if how == "environment" else {})},
     ).stdout.strip()  # fmt: skip
     assert out == str((REPO / "../shared/data").resolve()), out
+
+
+def test_documented_snakemake_commands_keep_their_targets() -> None:
+    # `--config` takes every word after it: README's cluster command once put its target
+    # there, which Snakemake rejects as a config value. Every documented `snakemake` line
+    # must parse with its targets as targets and its config as name=value pairs.
+    import re
+    import shlex
+
+    from snakemake.cli import get_argument_parser, parse_config
+
+    parser = get_argument_parser()
+    found = []
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
+                 *sorted((REPO / "profiles").glob("*/config.yaml"))]:  # fmt: skip
+        text = path.read_text()
+        commands = [
+            m.group(1).replace("\n", " ") for m in re.finditer(r"`(snakemake [^`]+)`", text)
+        ]
+        commands += re.findall(r"^[#\s]*(snakemake --.*)$", text, re.M)  # code blocks, comments
+        for command in commands:
+            argv = shlex.split(command)[1:]
+            if not any(a == "--config" for a in argv):
+                continue
+            args = parser.parse_args(argv)
+            found.append((path.name, argv))
+            assert args.targets, (path.name, argv)
+            parse_config(args.config)  # raises on a word that is not name=value
+    assert len(found) >= 2, found
