@@ -79,6 +79,12 @@ def tiny_audited(shared_tmp, data_mirror) -> tuple[Path, Path]:
     return runs.build(shared_tmp, "tiny-audited"), runs.build(shared_tmp, "tiny-dpr-again")
 
 
+@pytest.fixture(scope="session")
+def reduced_rehearsal(shared_tmp, data_mirror) -> Path:
+    """The paper scale's structure on stand-ins: NQ and each paper's Multi set (tiny_run)."""
+    return runs.build(shared_tmp, "rehearsal-reduced")
+
+
 _BUILDER: subprocess.Popen | None = None
 # Where the tests that need the touched DAG or the DPR run start, as a fraction of the way
 # through the tests that need none (the DPR run takes the builder ~3 of their ~9 minutes).

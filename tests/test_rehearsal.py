@@ -16,8 +16,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import tiny_run as runs
 import yaml
-from workflow_util import REPO, planned_jobs, snakemake
+from workflow_util import REPO, planned_jobs
 
 from drpipe.config import ConfigError, scale_overlay
 from drpipe.corpus.sources import iter_dpr_tsv
@@ -152,29 +153,11 @@ def test_rehearsal_dag_is_the_paper_dag(tmp_path: Path) -> None:
     )
 
 
-REDUCED = {
-    "scale": "rehearsal",
-    # One Single train set (NQ) and the Multi set of each paper: DPR's (and xMoCo's), DCSR's.
-    "tables": {"datasets": ["nq"], "methods": ["dpr", "dcsr"]},
-    "hybrid": {"enabled": False},
-}
-
-
-def _reduced_targets() -> list[str]:
-    runs = [("dpr", "nq"), ("dpr", "multi"), ("dcsr", "dcsr_multi"),
-            ("dpr.released", "nq"), ("dpr.released", "multi")]  # fmt: skip
-    return [f"results/metrics/{r}/{ts}/nq-test.json" for r, ts in runs]
-
-
-# Not yet in `make test`: it has not been timed against the suite's 15-minute budget
-# (`make test PYTEST_ARGS="-m extended"` runs it).
+# The reduced rehearsal is built by the session's builder (tiny_run.REDUCED_REHEARSAL).
 @pytest.mark.slow
-@pytest.mark.extended
-def test_reduced_rehearsal_runs(shared_tmp: Path, data_mirror: Path) -> None:
-    work = shared_tmp / "rehearsal-reduced"
-    work.mkdir()
-    snakemake(work, *_reduced_targets(), overlay=REDUCED)
-    for target in _reduced_targets():
+def test_reduced_rehearsal_runs(reduced_rehearsal: Path) -> None:
+    work = reduced_rehearsal
+    for target in runs.REDUCED_REHEARSAL_TARGETS:
         metrics = json.loads((work / target).read_text())
         assert metrics["n_questions"] == 24
     # The paper's epochs and validation on dev files; DPR's filter counted, never silent.
