@@ -27,7 +27,7 @@ override DATA_MIRROR := $(if $(DATA_MIRROR),$(abspath $(DATA_MIRROR)))
 export DATA_MIRROR
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install run test lint format bench clean squad audit rehearse
+.PHONY: install run test lint format bench clean squad audit rehearse estimate
 
 install: $(STAMP)
 
@@ -63,6 +63,13 @@ AGAINST ?=
 audit: install
 	$(BIN)/drpipe audit results --out results/audit --claims results/claims.csv \
 		--report results/report.html $(if $(AGAINST),--against $(AGAINST)) \
+		--snakemake-args "$(SNAKEMAKE_ARGS)"
+
+# What a target would cost before it is started: its snakemake -n plan timed from the rule
+# benchmarks of a run already made (FROM, default the current folder), e.g.
+# make estimate TARGET=results/dpr/table3.csv FROM=../squad-run SNAKEMAKE_ARGS="--config scale=squad"
+estimate: install
+	$(BIN)/drpipe estimate $(TARGET) --reference $(or $(FROM),.) --cores $(CORES) \
 		--snakemake-args "$(SNAKEMAKE_ARGS)"
 
 test: install

@@ -36,6 +36,7 @@ MODULES = [
     "drpipe.summary",
     "drpipe.claims",
     "drpipe.audit",
+    "drpipe.estimate",
 ]
 
 

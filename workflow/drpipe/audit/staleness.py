@@ -97,7 +97,8 @@ REASON_KIND = [
 
 
 def parse_dry_run(text: str) -> list[dict[str, Any]]:
-    """Jobs of a ``snakemake -n -p`` output: rule, output, reasons (classified), shell command."""
+    """Jobs of a ``snakemake -n -p`` output: rule, output, reasons (classified), the shell
+    command's cfg, benchmark file and threads."""
     jobs = []
     blocks = re.split(r"^(?=(?:local)?rule \w+:$)", text, flags=re.M)
     for block in blocks:
@@ -119,6 +120,8 @@ def parse_dry_run(text: str) -> list[dict[str, Any]]:
                 "output": [o.strip() for o in fields.get("output", "").split(",") if o.strip()],
                 "reasons": reasons,
                 "cfg": shell_cfg(shell.group(1)) if shell else None,
+                "benchmark": fields.get("benchmark", "").strip() or None,
+                "threads": int(fields.get("threads", "1")),
             }
         )
     return jobs
@@ -140,8 +143,8 @@ def snakemake_command(
     return cmd + extra
 
 
-def dry_run(workdir: Path, targets: list[str], extra: list[str]) -> tuple[int, str]:
-    flags = ["-n", "--nolock", "-p", "--cores", "1"]
+def dry_run(workdir: Path, targets: list[str], extra: list[str], cores: int = 1) -> tuple[int, str]:
+    flags = ["-n", "--nolock", "-p", "--cores", str(cores)]
     cmd = snakemake_command(workdir, extra, targets, flags)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     return proc.returncode, proc.stdout + proc.stderr

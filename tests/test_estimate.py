@@ -1,0 +1,110 @@
+"""``drpipe estimate``: a target's planned jobs timed from a finished run's benchmark files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from drpipe.audit.staleness import parse_dry_run
+from drpipe.estimate import estimate_jobs, render, summarise
+
+PLAN = textwrap.dedent(
+    """
+    [Tue Nov 24 19:39:01 2026]
+    rule train:
+        input: results/train/squad.jsonl.gz
+        output: results/models/dpr/squad, results/models/dpr/squad.report.json
+        log: results/logs/train/dpr/squad.log
+        jobid: 3
+        benchmark: results/benchmarks/rules/train/dpr/squad.tsv
+        reason: Missing output files: results/models/dpr/squad
+        threads: 2
+        resources: tmpdir=/tmp
+    Shell command: drpipe train --cfg '{"lr": 3e-05}'
+
+    [Tue Nov 24 19:39:01 2026]
+    rule train:
+        input: results/train/squad.jsonl.gz
+        output: results/models/dpr_gold7/squad, results/models/dpr_gold7/squad.report.json
+        jobid: 4
+        benchmark: results/benchmarks/rules/train/dpr_gold7/squad.tsv
+        reason: Missing output files: results/models/dpr_gold7/squad
+        threads: 2
+        resources: tmpdir=/tmp
+    Shell command: drpipe train --cfg '{"lr": 3e-05}'
+
+    [Tue Nov 24 19:39:01 2026]
+    rule evaluate:
+        output: results/metrics/dpr/squad/squad-test.json
+        jobid: 5
+        benchmark: results/benchmarks/rules/evaluate/dpr/squad/squad-test.tsv
+        reason: Missing output files: results/metrics/dpr/squad/squad-test.json
+        resources: tmpdir=/tmp
+    Shell command: drpipe evaluate
+
+    [Tue Nov 24 19:39:01 2026]
+    localrule all:
+        input: results/table2.csv
+        jobid: 0
+    """
+)
+
+
+def _bench(root: Path, rel: str, seconds: float) -> None:
+    path = root / "results/benchmarks/rules" / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:00\t100.0\n")
+
+
+def test_planned_jobs_are_timed_by_their_own_file_else_their_rule_median(tmp_path):
+    _bench(tmp_path, "train/dpr/squad.tsv", 1000.0)
+    _bench(tmp_path, "train/xmoco/squad.tsv", 2000.0)
+    _bench(tmp_path, "train/dcsr/squad.tsv", 4000.0)
+    jobs = parse_dry_run(PLAN)
+    assert [(j["rule"], j["threads"]) for j in jobs] == [("train", 2), ("train", 2),
+                                                         ("evaluate", 1)]  # fmt: skip
+    est = estimate_jobs(jobs, tmp_path)
+    assert [(e["basis"], e["seconds"]) for e in est] == [
+        ("same job", 1000.0),
+        ("rule median", 2000.0),  # median of 1000, 2000, 4000
+        ("unmeasured", None),  # no evaluate benchmark: not guessed
+    ]
+    summary = summarise(est, cores=2)
+    assert summary["serial_seconds"] == 3000.0
+    assert summary["unmeasured_jobs"] == 1
+    # two-thread jobs fill both cores: wall = serial here
+    assert summary["wall_seconds"] == 3000.0
+    assert summary["by_rule"]["train"] == {"jobs": 2, "same job": 1, "rule median": 1,
+                                           "unmeasured": 0, "seconds": 3000.0}  # fmt: skip
+    # on four cores the two-thread jobs leave half idle; never below the longest job
+    assert summarise(est, cores=4)["wall_seconds"] == 2000.0
+    page = render(summary, ["results/table2.csv"], tmp_path, "snakemake -n")
+    assert "| train | 2 | 1 | 1 | 0 | 3000 |" in page and "1 unmeasured" in page
+
+
+def test_single_thread_jobs_share_the_cores(tmp_path):
+    est = [{"rule": "r", "output": [], "threads": 1, "basis": "rule median", "seconds": 100.0}
+           for _ in range(4)]  # fmt: skip
+    assert summarise(est, cores=2)["wall_seconds"] == 200.0
+
+
+def test_cli_plans_a_real_target_and_times_it_from_a_reference_run(tmp_path, data_mirror):
+    ref = tmp_path / "ref"
+    _bench(ref, "bm25_index/bm25.tsv", 42.0)
+    out = tmp_path / "est.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "drpipe.cli", "estimate", "results/metrics/bm25/none/squad-test.json",
+         "--workdir", str(tmp_path / "fresh"), "--reference", str(ref), "--out", str(out)],
+        capture_output=True, text=True, check=False,
+        env={**os.environ, "DATA_MIRROR": str(data_mirror)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    est = json.loads(out.read_text())
+    assert est["by_rule"]["bm25_index"]["seconds"] == 42.0
+    assert est["by_rule"]["bm25_search"]["unmeasured"] == 1
+    assert est["jobs"] == sum(r["jobs"] for r in est["by_rule"].values())
+    assert "| bm25_index | 1 |" in proc.stdout

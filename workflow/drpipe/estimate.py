@@ -1,0 +1,154 @@
+"""What a target costs before it is started (``drpipe estimate``; ``make estimate``): the jobs
+``snakemake -n`` plans, each timed from the benchmark files of a run that was already made
+(``results/benchmarks/rules/``). A planned job whose benchmark file the reference run holds is
+timed by that file (the same job, measured); any other job by the median of its rule's jobs in
+the reference run (a rule's jobs differ in size: a Table 3 scheme with more negatives trains
+longer than the median says); a rule the reference never ran is listed as unmeasured, never
+guessed."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shlex
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from drpipe.audit.staleness import dry_run, parse_dry_run, snakemake_command
+from drpipe.audit.timings import read_benchmark
+from drpipe.io import write_json
+from drpipe.tables.output import write_text
+
+log = logging.getLogger(__name__)
+
+BENCH_ROOT = Path("results/benchmarks/rules")
+
+
+def rule_times(reference: Path) -> dict[str, list[float]]:
+    """Wall seconds of every benchmarked job of the reference run, per rule."""
+    out: dict[str, list[float]] = defaultdict(list)
+    root = reference / BENCH_ROOT
+    for tsv in sorted(root.rglob("*.tsv")) if root.is_dir() else []:
+        timing = read_benchmark(tsv)
+        if timing and timing["seconds"] is not None:
+            out[tsv.relative_to(root).parts[0]].append(timing["seconds"])
+    return dict(out)
+
+
+def estimate_jobs(jobs: list[dict[str, Any]], reference: Path) -> list[dict[str, Any]]:
+    """Each planned job with its seconds and where they come from (``same job``,
+    ``rule median``, or ``unmeasured`` with no seconds)."""
+    medians = {rule: statistics.median(t) for rule, t in rule_times(reference).items()}
+    out = []
+    for job in jobs:
+        bench = job.get("benchmark")
+        timing = read_benchmark(reference / bench) if bench else None
+        if timing and timing["seconds"] is not None:
+            basis, seconds = "same job", timing["seconds"]
+        elif job["rule"] in medians:
+            basis, seconds = "rule median", medians[job["rule"]]
+        else:
+            basis, seconds = "unmeasured", None
+        out.append({"rule": job["rule"], "output": job["output"], "threads": job["threads"],
+                    "basis": basis, "seconds": seconds})  # fmt: skip
+    return out
+
+
+def summarise(estimates: list[dict[str, Any]], cores: int) -> dict[str, Any]:
+    """Per rule: jobs by basis and seconds; in all: the serial sum, and the wall time on
+    ``cores`` if they stay busy (job seconds x threads / cores, never below the longest job)."""
+    rules: dict[str, dict[str, Any]] = {}
+    for e in estimates:
+        r = rules.setdefault(e["rule"], {"jobs": 0, "same job": 0, "rule median": 0,
+                                         "unmeasured": 0, "seconds": 0.0})  # fmt: skip
+        r["jobs"] += 1
+        r[e["basis"]] += 1
+        r["seconds"] += e["seconds"] or 0.0
+    timed = [e for e in estimates if e["seconds"] is not None]
+    serial = sum(e["seconds"] for e in timed)
+    busy = sum(e["seconds"] * min(e["threads"], cores) for e in timed) / cores
+    wall = max([busy] + [e["seconds"] for e in timed])
+    return {
+        "jobs": len(estimates),
+        "unmeasured_jobs": len(estimates) - len(timed),
+        "serial_seconds": round(serial, 1),
+        "cores": cores,
+        "wall_seconds": round(wall, 1),
+        "by_rule": {k: {**v, "seconds": round(v["seconds"], 1)} for k, v in sorted(rules.items())},
+    }
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+
+def render(summary: dict[str, Any], targets: list[str], reference: Path, command: str) -> str:
+    lines = [
+        f"# Estimate: {' '.join(targets)}",
+        "",
+        f"Planned by `{command}`; timed from the benchmark files of `{reference}`.",
+        "",
+        "| rule | jobs | same job measured | rule median | unmeasured | seconds |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for rule, r in summary["by_rule"].items():
+        lines.append(f"| {rule} | {r['jobs']} | {r['same job']} | {r['rule median']} | "
+                     f"{r['unmeasured']} | {r['seconds']:.0f} |")  # fmt: skip
+    lines += [
+        "",
+        f"{summary['jobs']} jobs; {summary['unmeasured_jobs']} unmeasured (not counted). "
+        f"One at a time: {_hours(summary['serial_seconds'])}; on {summary['cores']} cores, if "
+        f"they stay busy: about {_hours(summary['wall_seconds'])}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _cmd_estimate(args: argparse.Namespace) -> int:
+    workdir = Path(args.workdir).resolve()
+    reference = Path(args.reference).resolve() if args.reference else workdir
+    extra = shlex.split(args.snakemake_args or "")
+    code, text = dry_run(workdir, args.targets, extra, args.cores)
+    if code != 0:
+        raise SystemExit(f"error: snakemake -n failed in {workdir}:\n{text[-4000:]}")
+    jobs = [j for j in parse_dry_run(text) if j["rule"] != "all"]
+    summary = summarise(estimate_jobs(jobs, reference), args.cores)
+    command = shlex.join(snakemake_command(workdir, extra, args.targets, ["-n"]))
+    page = render(summary, args.targets, reference, command)
+    print(page, end="")
+    if args.out:
+        write_json(args.out, {"targets": args.targets, "reference": str(reference),
+                              "command": command, **summary})  # fmt: skip
+    if args.markdown:
+        write_text(page, args.markdown)
+    return 0
+
+
+def _cores(text: str) -> int:
+    if text == "all":
+        return os.cpu_count() or 1
+    try:
+        cores = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--cores takes a number or 'all', not {text!r}") from None
+    if cores < 1:
+        raise argparse.ArgumentTypeError(f"--cores must be at least 1, not {cores}")
+    return cores
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("estimate", help="time what a target would run, from a finished run's "
+                       "benchmark files")  # fmt: skip
+    p.add_argument("targets", nargs="+", help="the Snakemake targets")
+    p.add_argument("--workdir", default=".", help="where the target would be built (default .)")
+    p.add_argument("--reference", help="a run's working directory whose results/benchmarks "
+                   "time the jobs (default: --workdir)")  # fmt: skip
+    p.add_argument("--snakemake-args", default="",
+                   help="arguments of the user's snakemake command (config files, --config)")  # fmt: skip
+    p.add_argument("--cores", type=_cores, default=2,
+                   help="cores the run would get, or 'all' (default 2)")  # fmt: skip
+    p.add_argument("--out", help="also write the estimate as JSON")
+    p.add_argument("--markdown", help="also write the page as Markdown")
+    p.set_defaults(func=_cmd_estimate)
