@@ -18,9 +18,11 @@ Model: the packaged all-MiniLM-L6-v2 (mean pooling), loaded once before timing.
    size 1,024 so both sizes run several blocks; max length 32 to keep the run short (memory
    per block, not per corpus, is what is measured).
 3. Precision paths: passages/s of ``encode_shard`` at each precision (``fp32``, ``bf16``
-   autocast, ``int8`` dynamic quantization) divided by the plain fp32 loop's, all in the same
-   run on the same passages, rounds alternating, medians; and each path's cosine to the plain
-   fp32 vectors (min and mean). The CPU flags that ``precision: auto`` decides by are printed,
+   autocast, ``int8`` dynamic quantization by the pipeline's implementation, ONNX Runtime's
+   where installed, and ``int8_torch``, PyTorch's, for comparison; the int8 copies are built
+   once outside the timing, their build seconds beside) divided by the plain fp32 loop's, all
+   in the same run on the same passages, rounds alternating, medians; and each path's cosine
+   to the plain fp32 vectors (min and mean). The CPU flags that ``precision: auto`` decides by are printed,
    with the path it picks here; the last line reads ``best / fp32: R (path)``. Compare the
    best path with ``drpipe.encoders.AUTO_RULES`` (and with the accuracy bound there) before
    changing what ``auto`` picks on this kind of CPU. Timings mean something only on a quiet
@@ -61,8 +63,8 @@ RESULT_LINES = (
     r"passages: peak RSS \d+ MiB",
     r'"ratio_pipeline_over_plain": [\d.]+',
     r"cpu flags: .*; auto picks \w+",
-    r"(fp32|bf16|int8): [\d.]+ passages/s, [\d.]+ x plain fp32, min cosine [\d.]+",
-    r"best / fp32: [\d.]+ \((fp32|bf16|int8)\)$",
+    r"(fp32|bf16|int8|int8_torch): [\d.]+ passages/s, [\d.]+ x plain fp32, min cosine [\d.]+",
+    r"best / fp32: [\d.]+ \((fp32|bf16|int8|int8_torch)\)$",
 )
 
 
@@ -253,33 +255,62 @@ def main() -> None:
     paths = result["precision_paths"]["paths"]
     for name, p in paths.items():
         print(f"{name}: {p['passages_per_s']} passages/s, {p['ratio_over_plain_fp32']} x plain "
-              f"fp32, min cosine {p['min_cosine_vs_fp32']:.4f}")  # fmt: skip
+              f"fp32, min cosine {p['min_cosine_vs_fp32']:.4f}, mean "
+              f"{p['mean_cosine_vs_fp32']:.4f}" + (f", {p['backend']}" if "backend" in p else ""))  # fmt: skip
     best = max(paths, key=lambda name: paths[name]["ratio_over_plain_fp32"])
     print(f"best / fp32: {paths[best]['ratio_over_plain_fp32']:.2f} ({best})")
 
 
+def int8_models(bi, titles: list[str], texts: list[str]) -> tuple[dict, dict]:
+    """int8 copies of ``bi`` by both implementations (``drpipe.quantize``: ONNX Runtime's, the
+    one the pipeline runs here, and PyTorch's), each built and run on two passages once; and
+    the seconds that took (a shard job pays it once, before its first batch)."""
+    from drpipe.encoders import BiEncoder, Encoder
+    from drpipe.quantize import torch_quantize_int8
+
+    def torch_int8():
+        q = Encoder(torch_quantize_int8(bi.query.model), bi.pooling)
+        p = None if bi.tied else Encoder(torch_quantize_int8(bi.passage.model), bi.pooling)
+        return BiEncoder(q, p, bi.tokenizer, max_query_len=bi.max_query_len,
+                         max_passage_len=bi.max_passage_len, init=bi.init)  # fmt: skip
+
+    models, build = {}, {}
+    for name, make in (("int8", lambda: bi.for_inference("int8")), ("int8_torch", torch_int8)):
+        t0 = time.perf_counter()
+        models[name] = make()
+        models[name].passage(models[name].tokenize_passages(titles[:2], texts[:2]))
+        build[name] = round(time.perf_counter() - t0, 2)
+    return models, build
+
+
 def precision_paths(bi, table: pa.Table, size: Sizes, tmp: Path) -> dict:
     """Passages/s of ``encode_shard`` at each precision over the plain fp32 loop's, and cosine
-    agreement with its vectors; rounds alternate between all of them, medians are kept."""
+    agreement with its vectors; rounds alternate between all of them, medians are kept. int8
+    runs both implementations (``int8``: the pipeline's, ``int8_torch``: PyTorch's), built
+    once outside the timing (their build seconds are reported beside)."""
     from drpipe.encode import encode_shard
     from drpipe.encoders import PRECISIONS
     from drpipe.io import write_parquet
+    from drpipe.quantize import int8_backend
 
     write_parquet(tmp / "paths.parquet", table)
     titles, texts = table.column("title").to_pylist(), table.column("text").to_pylist()
     n = len(texts)
-    seconds: dict[str, list[float]] = {"plain_fp32": [], **{p: [] for p in PRECISIONS}}
+    prebuilt, build = int8_models(bi, titles, texts)
+    names = [*PRECISIONS, "int8_torch"]
+    seconds: dict[str, list[float]] = {"plain_fp32": [], **{p: [] for p in names}}
     vectors: dict[str, np.ndarray] = {}
-    # int8 quantizes a copy of the model once per call; that cost is part of its time.
     for r in range(size.path_rounds):
         for name in seconds:
             t0 = time.perf_counter()
             if name == "plain_fp32":
                 vectors[name] = plain_hf(bi, titles, texts, "fp32")
             else:
-                cfg = {"batch_size": BATCH, "precision": name, "block_size": 4096}
+                # a prebuilt int8 copy runs as it is (fp32 autocast off), like for_inference's
+                precision, model = ("fp32", prebuilt[name]) if name in prebuilt else (name, bi)
+                cfg = {"batch_size": BATCH, "precision": precision, "block_size": 4096}
                 out = tmp / f"path-{name}.npy"
-                encode_shard(tmp / "model", tmp / "paths.parquet", 0, 1, out, cfg, model=bi)
+                encode_shard(tmp / "model", tmp / "paths.parquet", 0, 1, out, cfg, model=model)
                 vectors[name] = np.load(out)
             seconds[name].append(time.perf_counter() - t0)
         print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in seconds.items()),
@@ -287,7 +318,7 @@ def precision_paths(bi, table: pa.Table, size: Sizes, tmp: Path) -> dict:
     ref = vectors["plain_fp32"]
     base_pps = n / statistics.median(seconds["plain_fp32"])
     paths = {}
-    for name in PRECISIONS:
+    for name in names:
         v = vectors[name]
         cos = (v * ref).sum(1) / np.linalg.norm(v, axis=1) / np.linalg.norm(ref, axis=1)
         pps = n / statistics.median(seconds[name])
@@ -298,6 +329,9 @@ def precision_paths(bi, table: pa.Table, size: Sizes, tmp: Path) -> dict:
             "min_cosine_vs_fp32": float(cos.min()),
             "mean_cosine_vs_fp32": float(cos.mean()),
         }
+        if name in build:
+            paths[name]["build_seconds"] = build[name]
+    paths["int8"]["backend"] = int8_backend()
     return {"passages": n, "max_passage_len": MAX_LEN, "batch_size": BATCH,
             "rounds": size.path_rounds, "plain_fp32_seconds": seconds["plain_fp32"],
             "plain_fp32_passages_per_s": round(base_pps, 2), "paths": paths}  # fmt: skip

@@ -30,7 +30,7 @@ other paragraphs). Model: the packaged all-MiniLM-L6-v2 as the reader's ``init``
    plain loop over the pairs in their order, same batch size: the HF tokenizer on
    (question, title [SEP] text) pairs (the same token ids as the reader's inputs, counted and
    printed), forward, argmax of start and end logits. Per precision path: fp32; bf16 autocast
-   where ``resolve_precision("auto", "cpu")`` picks it; int8 (``quantize_int8`` of each model,
+   where ``resolve_precision("auto", "cpu")`` picks it; int8 (``drpipe.quantize`` of each model,
    outside the timing), after one untimed batch of each model, rounds alternating, medians.
    The CPU flags that ``auto`` decides by are printed.
 
@@ -253,7 +253,8 @@ def scoring(size: Sizes, init: str, ws) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForQuestionAnswering
 
-    from drpipe.encoders import quantize_int8, resolve_init, resolve_precision
+    from drpipe.encoders import resolve_init, resolve_precision
+    from drpipe.quantize import quantize_int8
     from drpipe.reader.inputs import encode, question_ids
     from drpipe.reader.model import build_reader
     from drpipe.reader.score import Tokens, score_pairs
@@ -272,16 +273,19 @@ def scoring(size: Sizes, init: str, ws) -> dict[str, Any]:
     plain = AutoModelForQuestionAnswering.from_pretrained(resolve_init(init)).eval()
     models = {"fp32": (reader, plain), "bf16": (reader, plain)}
     if "int8" in paths:
-        models["int8"] = (quantize_int8(reader), quantize_int8(plain))
+        models["int8"] = (reader.int8(), quantize_int8(plain, ("start_logits", "end_logits")))
     tok = reader.tokenizer
     cache = Tokens(tok, passages)
     q_ids = {q: question_ids(tok, questions[q]["question"], limits["max_question_len"])
              for q, _ in pairs}  # fmt: skip
     ours_tokens = sum(len(encode(tok, q_ids[q], cache[p], size.max_len).ids) for q, p in pairs)
 
-    for path in paths:  # warm-up, untimed: one batch of each model
+    for path in paths:  # warm-up, untimed: one batch of each model (int8 builds at its first)
         plain_score(models[path][1], tok, pairs[: size.score_batch], questions, passages,
                     size.score_batch, size.max_len, path == "bf16")  # fmt: skip
+        score_pairs(models[path][0], pairs[: size.score_batch], questions, passages,
+                    batch_size=size.score_batch, device=torch.device("cpu"),
+                    bf16=path == "bf16", show_progress=False)  # fmt: skip
     seconds: dict[str, dict[str, list[float]]] = {p: {"ours": [], "plain_hf": []} for p in paths}
     plain_tokens = 0
     for r in range(size.score_rounds):

@@ -12,8 +12,8 @@ the pair (title, text), i.e. ``[CLS] title [SEP] text [SEP]`` as in DPR.
 support and for CPUs with AMX or AVX512-BF16; autocast keeps fp32 master weights).
 
 ``precision`` settings (forward-only passes: corpus and question encoding, reader inference):
-``"fp32"``, ``"bf16"`` (autocast), ``"int8"`` (PyTorch dynamic quantization of the Linear
-layers, per output channel; CPU only) or ``"auto"``: on CUDA bf16 where supported, on a CPU the
+``"fp32"``, ``"bf16"`` (autocast), ``"int8"`` (dynamic quantization, weights per output
+channel; CPU only; ONNX Runtime's, else PyTorch's: ``drpipe.quantize``) or ``"auto"``: on CUDA bf16 where supported, on a CPU the
 path ``AUTO_RULES`` names for its flags (the fastest that ``benchmarks/bench_encode.py``
 measured on that kind of CPU among the paths within the accuracy bound, ``AUTO_PATHS``).
 ``resolve_precision`` says which path and why; every encoding report records both.
@@ -21,13 +21,11 @@ measured on that kind of CPU among the paths within the accuracy bound, ``AUTO_P
 
 from __future__ import annotations
 
-import copy
 import functools
 import importlib.util
 import json
 import logging
 import os
-import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,12 +37,14 @@ from torch import nn
 
 from drpipe.errors import InputError
 from drpipe.io import progress
+from drpipe.quantize import int8_backend, quantize_int8
 
 log = logging.getLogger(__name__)
 
 PACKAGED_PREFIX = "packaged:"
 META_FILE = "drpipe_encoder.json"
 POOLINGS = ("cls", "mean")
+HIDDEN = ("last_hidden_state",)  # what an encoder's int8 copy returns (Encoder.hidden_states)
 # Config attributes that hold dropout probabilities across HF architectures.
 DROPOUT_ATTRS = (
     "hidden_dropout_prob",
@@ -140,8 +140,11 @@ class Precision:
     reason: str
 
     def report(self) -> dict[str, str]:
-        return {"precision": self.path, "precision_setting": self.setting,
-                "precision_reason": self.reason}  # fmt: skip
+        out = {"precision": self.path, "precision_setting": self.setting,
+               "precision_reason": self.reason}  # fmt: skip
+        if self.path == "int8":  # which implementation's numbers these are
+            out["precision_backend"] = int8_backend()
+        return out
 
 
 def resolve_precision(
@@ -189,25 +192,6 @@ def use_bf16(setting: str | bool, device: torch.device | str) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     return device.type == "cpu" and cpu_has_fast_bf16()
-
-
-def quantize_int8(module: nn.Module) -> nn.Module:
-    """A copy of ``module`` whose Linear layers are dynamically quantized to int8 (weights per
-    output channel, activations per batch at run time), for inference on a CPU. Per-channel
-    weights: per-tensor ones measured a minimum cosine to fp32 of 0.89 on MiniLM, per-channel
-    0.93-0.97 (real passages). Activations are quantized per batch, so an int8 vector depends
-    slightly on the batch it was encoded in (fp32 and bf16 ones do not)."""
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    with warnings.catch_warnings():
-        # torch.ao's eager quantization warns that it is deprecated in favour of torchao
-        # (not installed here); the API is what torch 2.x ships and tests exercise.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        return quantize_dynamic(
-            copy.deepcopy(module).eval(), {nn.Linear: per_channel_dynamic_qconfig},
-            dtype=torch.qint8,
-        )  # fmt: skip
 
 
 def autocast(device: torch.device, enabled: bool):
@@ -438,8 +422,9 @@ class BiEncoder(nn.Module):
         this model is left as it is)."""
         if precision != "int8":
             return self
-        query = Encoder(quantize_int8(self.query.model), self.pooling)
-        passage = None if self.tied else Encoder(quantize_int8(self.passage.model), self.pooling)
+        query = Encoder(quantize_int8(self.query.model, HIDDEN), self.pooling)
+        passage = (None if self.tied
+                   else Encoder(quantize_int8(self.passage.model, HIDDEN), self.pooling))  # fmt: skip
         out = BiEncoder(query, passage, self.tokenizer, max_query_len=self.max_query_len,
                         max_passage_len=self.max_passage_len, init=self.init)  # fmt: skip
         out.method = self.method

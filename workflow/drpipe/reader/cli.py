@@ -86,7 +86,7 @@ def _score(args: argparse.Namespace) -> int:
     import torch
 
     from drpipe.corpus.passages import load_passages
-    from drpipe.encoders import quantize_int8, resolve_precision, select_device
+    from drpipe.encoders import resolve_precision, select_device
     from drpipe.qa.datasets import read_questions
     from drpipe.reader.model import load_reader
     from drpipe.reader.score import (
@@ -131,7 +131,7 @@ def _score(args: argparse.Namespace) -> int:
     except KeyError as exc:
         raise InputError(args.runs[0], None, f"runs refer to unknown passages: {exc}") from None
     # int8 is a quantized copy for the CPU; other paths run the reader on the device.
-    reader = quantize_int8(reader) if resolved.path == "int8" else reader.to(device)
+    reader = reader.int8() if resolved.path == "int8" else reader.to(device)
     t_score = time.perf_counter()
     rows = score_pairs(
         reader, todo, qmap, passages, batch_size=int(cfg.get("eval_batch_size") or 32),

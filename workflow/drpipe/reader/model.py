@@ -25,6 +25,7 @@ from torch import nn
 
 from drpipe.encoders import DROPOUT_ATTRS, resolve_init
 from drpipe.errors import InputError
+from drpipe.quantize import quantize_int8
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,11 @@ class Reader(nn.Module):
 
     def meta(self) -> dict[str, Any]:
         return {"limits": self.limits, "init": self.init}
+
+    def int8(self) -> Reader:
+        """An int8 copy for scoring on a CPU (``drpipe.quantize``); this reader is left alone."""
+        model = quantize_int8(self.model, ("start_logits", "end_logits", "relevance_logits"))
+        return Reader(model, self.tokenizer, self.limits, self.init)
 
     def save(self, directory: str | Path) -> None:
         directory = Path(directory)
