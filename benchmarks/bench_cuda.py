@@ -91,9 +91,9 @@ SECTIONS = ("encoding", "questions", "training", "other_methods", "reader")
 RESULT_LINES = (
     r"device: .+ \(torch [\w.+]+\)",
     r"encode \S+ batch \d+: plain fp32 [\d.]+ passages/s; fp32 [\d.]+ \([\d.]+ x\); "
-    r"bf16 [\d.]+ \([\d.]+ x\); auto=(bf16|fp32) [\d.]+ \([\d.]+ x\); bf16 min cosine [\d.]+",
+    r"bf16 [\d.]+ \([\d.]+ x\); auto=(bf16|fp32|int8) [\d.]+ \([\d.]+ x\); bf16 min cosine [\d.]+",
     r"pinned memory: \d+ to_device calls",
-    r"questions \S+: fp32 [\d.]+/s, bf16 [\d.]+/s, auto=(bf16|fp32) [\d.]+/s",
+    r"questions \S+: fp32 [\d.]+/s, bf16 [\d.]+/s, auto=(bf16|fp32|int8) [\d.]+/s",
     r"train \S+ batch \d+: fp32 [\d.]+ ex/s, bf16 [\d.]+ ex/s, bf16/fp32 [\d.]+",
     r"(xmoco|dcsr) on \S+: (ok|FAILED)",
     r"reader train \S+: bf16 off [\d.]+ questions/s, bf16 on [\d.]+ questions/s",

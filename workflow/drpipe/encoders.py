@@ -37,7 +37,7 @@ from torch import nn
 
 from drpipe.errors import InputError
 from drpipe.io import progress
-from drpipe.quantize import int8_backend, quantize_int8
+from drpipe.quantize import has_onnxruntime, int8_backend, quantize_int8
 
 log = logging.getLogger(__name__)
 
@@ -81,17 +81,23 @@ def select_device() -> torch.device:
 PRECISIONS = ("fp32", "bf16", "int8")
 PRECISION_SETTINGS = (*PRECISIONS, "auto")
 # Paths within the accuracy bound (top-20 and top-100 within 0.2 points of fp32 on the `squad`
-# scale, issue 20), the only ones `auto` may pick. Measured on the squad scale (DPR, one
-# checkpoint, 10,570 questions, paired; docs/measured.md): bf16 top-20 -0.01, top-100 +0.01;
-# int8 (PyTorch dynamic quantization) top-20 -0.83, top-100 -0.60, outside the bound.
-AUTO_PATHS = ("bf16", "fp32")
+# scale, issue 20), the only ones `auto` may pick for encoding. Measured on the squad scale (DPR,
+# one checkpoint, 10,570 questions, paired; docs/measured.md): bf16 top-20 -0.01, top-100
+# +0.01; int8 through ONNX Runtime top-20 -0.08, top-100 -0.10 (neither significant). PyTorch's
+# int8 (-0.83 / -0.60) is outside it: `auto` takes int8 only where ONNX Runtime runs it.
+AUTO_PATHS = ("int8", "bf16", "fp32")
+# The reader's scoring: its int8 cost in exact match is not measured, so `auto` keeps to these.
+READER_AUTO_PATHS = ("bf16", "fp32")
 # What `auto` picks on a CPU, first matching rule wins: (kind of CPU, any of these
 # /proc/cpuinfo flags, the paths by measured speed, fastest first). Measured with MiniLM on
 # real passages (docs: ENVIRONMENT.md; benchmarks/bench_encode.py prints the figures of the
-# machine it runs on and whether this table's choice is that machine's best).
+# machine it runs on and whether this table's choice is that machine's best). int8 is ranked
+# only where it was measured, on CPUs with VNNI: without it, ONNX Runtime's u8 x s8 products
+# can saturate, and its accuracy there is not what was measured.
 AUTO_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
-    ("amx", ("amx_bf16",), ("bf16", "fp32")),  # bf16 autocast 2.5x fp32
-    # fp32 19, bf16 35, int8 33-39 passages/s: int8 and bf16 tie, bf16 is the accurate one.
+    ("amx", ("amx_bf16",), ("bf16", "fp32")),  # bf16 autocast 2.5x fp32; int8 not measured
+    # bench_encode, quiet AMD EPYC (avx512_bf16, avx512_vnni): over the plain fp32 loop, int8
+    # (ONNX Runtime) 2.17x, bf16 1.95x, PyTorch's int8 2.00x.
     ("avx512_bf16", ("avx512_bf16",), ("int8", "bf16", "fp32")),
     # AVX-512 without bf16: bf16 autocast 3.2x slower than fp32; int8 (VNNI) not measured yet.
     ("vnni", ("avx512_vnni", "avx_vnni"), ("fp32", "bf16")),
@@ -148,13 +154,18 @@ class Precision:
 
 
 def resolve_precision(
-    setting: str, device: torch.device | str, flags: Iterable[str] | None = None
+    setting: str,
+    device: torch.device | str,
+    flags: Iterable[str] | None = None,
+    allowed: Sequence[str] = AUTO_PATHS,
 ) -> Precision:
     """The forward-pass path for ``setting`` (fp32 | bf16 | int8 | auto) on ``device``.
 
     ``flags``: the CPU flags to decide by (default: this CPU's, ``cpu_flags()``; tests fake
-    them). int8 is dynamic quantization, which PyTorch runs on CPUs only: asking for it on a
-    GPU is an error; ``auto`` never picks it there.
+    them). ``allowed``: the paths ``auto`` may pick (those measured within the accuracy bound
+    for this pass). int8 is dynamic quantization, which runs on CPUs only: asking for it on a
+    GPU is an error; ``auto`` never picks it there, nor where ONNX Runtime is not installed
+    (PyTorch's int8 is outside the bound).
     """
     device = torch.device(device)
     setting = str(setting).lower()
@@ -172,7 +183,8 @@ def resolve_precision(
                          f"auto on {device}: bf16 {'supported' if ok else 'not supported'}")  # fmt: skip
     flags = cpu_flags() if flags is None else frozenset(flags)
     kind, ranked = cpu_kind(flags)
-    path = next((p for p in ranked if p in AUTO_PATHS), "fp32")
+    usable = [p for p in ranked if p in allowed and (p != "int8" or has_onnxruntime())]
+    path = usable[0] if usable else "fp32"
     named = ", ".join(sorted(f for f in flags if f in {f for r in AUTO_RULES for f in r[1]}))
     return Precision(path, setting, f"auto on a CPU of kind {kind} (flags: {named or 'none'})")
 
