@@ -253,7 +253,7 @@ def scoring(size: Sizes, init: str, ws) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForQuestionAnswering
 
-    from drpipe.encoders import READER_AUTO_PATHS, resolve_init, resolve_precision
+    from drpipe.encoders import resolve_init, resolve_precision
     from drpipe.quantize import quantize_int8
     from drpipe.reader.inputs import encode, question_ids
     from drpipe.reader.model import build_reader
@@ -262,7 +262,7 @@ def scoring(size: Sizes, init: str, ws) -> dict[str, Any]:
 
     torch.use_deterministic_algorithms(False)
     torch.set_num_threads(default_threads())
-    auto = resolve_precision("auto", "cpu", allowed=READER_AUTO_PATHS)
+    auto = resolve_precision("auto", "cpu")
     paths = ["fp32", *(["bf16"] if auto.path == "bf16" else []), "int8"]
     questions = {q["qid"]: q for q in ws.questions}
     passages = {p["pid"]: (p["title"], p["text"]) for p in ws.passages}

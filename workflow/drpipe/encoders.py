@@ -81,13 +81,14 @@ def select_device() -> torch.device:
 PRECISIONS = ("fp32", "bf16", "int8")
 PRECISION_SETTINGS = (*PRECISIONS, "auto")
 # Paths within the accuracy bound (top-20 and top-100 within 0.2 points of fp32 on the `squad`
-# scale, issue 20), the only ones `auto` may pick for encoding. Measured on the squad scale (DPR,
-# one checkpoint, 10,570 questions, paired; docs/measured.md): bf16 top-20 -0.01, top-100
-# +0.01; int8 through ONNX Runtime top-20 -0.08, top-100 -0.10 (neither significant). PyTorch's
-# int8 (-0.83 / -0.60) is outside it: `auto` takes int8 only where ONNX Runtime runs it.
-AUTO_PATHS = ("int8", "bf16", "fp32")
-# The reader's scoring: its int8 cost in exact match is not measured, so `auto` keeps to these.
-READER_AUTO_PATHS = ("bf16", "fp32")
+# scale, issue 20) that `auto` picks. Measured on the squad scale (DPR, one checkpoint, 10,570
+# questions, paired; docs/measured.md): bf16 top-20 -0.01, top-100 +0.01; int8 through ONNX
+# Runtime -0.08 / -0.10 (within the bound, not significant, but its intervals reach -0.34 /
+# -0.26), PyTorch's int8 -0.83 / -0.60 (outside). int8 stays an explicit choice: its steady
+# speed is only ~1.1x bf16's (bench_encode 2.17x against 1.95x the fp32 loop; squad encoding
+# 1.09x), and every job pays ~4 s to export and quantize, which made the mini run's encoding
+# 1.22x slower than bf16's. ``resolve_precision(allowed=...)`` lets a caller admit it.
+AUTO_PATHS = ("bf16", "fp32")
 # What `auto` picks on a CPU, first matching rule wins: (kind of CPU, any of these
 # /proc/cpuinfo flags, the paths by measured speed, fastest first). Measured with MiniLM on
 # real passages (docs: ENVIRONMENT.md; benchmarks/bench_encode.py prints the figures of the

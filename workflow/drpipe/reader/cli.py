@@ -86,7 +86,7 @@ def _score(args: argparse.Namespace) -> int:
     import torch
 
     from drpipe.corpus.passages import load_passages
-    from drpipe.encoders import READER_AUTO_PATHS, resolve_precision, select_device
+    from drpipe.encoders import resolve_precision, select_device
     from drpipe.qa.datasets import read_questions
     from drpipe.reader.model import load_reader
     from drpipe.reader.score import (
@@ -104,8 +104,7 @@ def _score(args: argparse.Namespace) -> int:
     device = select_device()
     # Before anything is read: a precision this device cannot run (int8 on a GPU) stops here.
     try:
-        resolved = resolve_precision(cfg.get("precision", "auto"), device,
-                                     allowed=READER_AUTO_PATHS)  # fmt: skip
+        resolved = resolve_precision(cfg.get("precision", "auto"), device)
     except ValueError as exc:
         raise SystemExit(f"error: drpipe reader score: cfg.precision: {exc}") from None
     from drpipe.reader.settings import sample_questions
