@@ -38,6 +38,17 @@ PLAN = textwrap.dedent(
     Shell command: drpipe train --cfg '{"lr": 3e-05}'
 
     [Tue Nov 24 19:39:01 2026]
+    rule train:
+        input: results/train/squad.jsonl.gz
+        output: results/models/xmoco.f2_q32/squad, results/models/xmoco.f2_q32/squad.report.json
+        jobid: 6
+        benchmark: results/benchmarks/rules/train/xmoco.f2_q32/squad.tsv
+        reason: Missing output files: results/models/xmoco.f2_q32/squad
+        threads: 2
+        resources: tmpdir=/tmp
+    Shell command: drpipe train --cfg '{"lr": 3e-05}'
+
+    [Tue Nov 24 19:39:01 2026]
     rule evaluate:
         output: results/metrics/dpr/squad/squad-test.json
         jobid: 5
@@ -60,30 +71,33 @@ def _bench(root: Path, rel: str, seconds: float) -> None:
     path.write_text(f"s\th:m:s\tmax_rss\n{seconds}\t0:00:00\t100.0\n")
 
 
-def test_planned_jobs_are_timed_by_their_own_file_else_their_rule_median(tmp_path):
+def test_planned_jobs_are_timed_by_their_own_file_else_their_method_or_rule_median(tmp_path):
     _bench(tmp_path, "train/dpr/squad.tsv", 1000.0)
     _bench(tmp_path, "train/xmoco/squad.tsv", 2000.0)
-    _bench(tmp_path, "train/dcsr/squad.tsv", 4000.0)
+    _bench(tmp_path, "train/xmoco.t3_tied/squad.tsv", 2400.0)
+    _bench(tmp_path, "train/dcsr/squad.tsv", 1500.0)
     jobs = parse_dry_run(PLAN)
     assert [(j["rule"], j["threads"]) for j in jobs] == [("train", 2), ("train", 2),
-                                                         ("evaluate", 1)]  # fmt: skip
+                                                         ("train", 2), ("evaluate", 1)]  # fmt: skip
     est = estimate_jobs(jobs, tmp_path)
     assert [(e["basis"], e["seconds"]) for e in est] == [
         ("same job", 1000.0),
-        ("rule median", 2000.0),  # median of 1000, 2000, 4000
+        ("rule median", 1750.0),  # dpr_gold7 is no measured method: 1000, 1500, 2000, 2400
+        ("method median", 2200.0),  # xMoCo's own: 2000 and 2400, not DPR's or DCSR's
         ("unmeasured", None),  # no evaluate benchmark: not guessed
     ]
     summary = summarise(est, cores=2)
-    assert summary["serial_seconds"] == 3000.0
+    assert summary["serial_seconds"] == 4950.0
     assert summary["unmeasured_jobs"] == 1
     # two-thread jobs fill both cores: wall = serial here
-    assert summary["wall_seconds"] == 3000.0
-    assert summary["by_rule"]["train"] == {"jobs": 2, "same job": 1, "rule median": 1,
-                                           "unmeasured": 0, "seconds": 3000.0}  # fmt: skip
+    assert summary["wall_seconds"] == 4950.0
+    assert summary["by_rule"]["train"] == {"jobs": 3, "same job": 1, "method median": 1,
+                                           "rule median": 1, "unmeasured": 0,
+                                           "seconds": 4950.0}  # fmt: skip
     # on four cores the two-thread jobs leave half idle; never below the longest job
-    assert summarise(est, cores=4)["wall_seconds"] == 2000.0
+    assert summarise(est, cores=4)["wall_seconds"] == 2475.0
     page = render(summary, ["results/table2.csv"], tmp_path, "snakemake -n")
-    assert "| train | 2 | 1 | 1 | 0 | 3000 |" in page and "1 unmeasured" in page
+    assert "| train | 3 | 1 | 1 | 1 | 0 | 4950 |" in page and "1 unmeasured" in page
 
 
 def test_single_thread_jobs_share_the_cores(tmp_path):

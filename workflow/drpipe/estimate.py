@@ -1,10 +1,11 @@
 """What a target costs before it is started (``drpipe estimate``; ``make estimate``): the jobs
 ``snakemake -n`` plans, each timed from the benchmark files of a run that was already made
 (``results/benchmarks/rules/``). A planned job whose benchmark file the reference run holds is
-timed by that file (the same job, measured); any other job by the median of its rule's jobs in
-the reference run (a rule's jobs differ in size: a Table 3 scheme with more negatives trains
-longer than the median says); a rule the reference never ran is listed as unmeasured, never
-guessed."""
+timed by that file (the same job, measured); any other job by the median of the reference's
+jobs of its rule and method (the run's name before its variant: ``xmoco.f2_q32`` is timed by
+xMoCo's trainings, which are slower than DPR's), else of its rule (a rule's jobs still differ in
+size: a Table 3 scheme with more negatives trains longer than the median says); a rule the
+reference never ran is listed as unmeasured, never guessed."""
 
 from __future__ import annotations
 
@@ -27,29 +28,43 @@ log = logging.getLogger(__name__)
 BENCH_ROOT = Path("results/benchmarks/rules")
 
 
-def rule_times(reference: Path) -> dict[str, list[float]]:
-    """Wall seconds of every benchmarked job of the reference run, per rule."""
-    out: dict[str, list[float]] = defaultdict(list)
+def _method(rel: Path) -> str | None:
+    """The method of a benchmark file under ``<rule>/``: its run folder's name before the
+    variant (``train/xmoco.f2_q32/squad.tsv`` -> ``xmoco``); None for a file directly there."""
+    return rel.parts[1].split(".")[0] if len(rel.parts) > 2 else None
+
+
+def rule_times(reference: Path) -> dict[tuple[str, str | None], list[float]]:
+    """Wall seconds of every benchmarked job of the reference run, per (rule, method) and per
+    (rule, None) for the whole rule."""
+    out: dict[tuple[str, str | None], list[float]] = defaultdict(list)
     root = reference / BENCH_ROOT
     for tsv in sorted(root.rglob("*.tsv")) if root.is_dir() else []:
         timing = read_benchmark(tsv)
         if timing and timing["seconds"] is not None:
-            out[tsv.relative_to(root).parts[0]].append(timing["seconds"])
+            rel = tsv.relative_to(root)
+            out[(rel.parts[0], None)].append(timing["seconds"])
+            if (method := _method(rel)) is not None:
+                out[(rel.parts[0], method)].append(timing["seconds"])
     return dict(out)
 
 
 def estimate_jobs(jobs: list[dict[str, Any]], reference: Path) -> list[dict[str, Any]]:
-    """Each planned job with its seconds and where they come from (``same job``,
-    ``rule median``, or ``unmeasured`` with no seconds)."""
-    medians = {rule: statistics.median(t) for rule, t in rule_times(reference).items()}
+    """Each planned job with its seconds and where they come from (``same job``, ``method
+    median``, ``rule median``, or ``unmeasured`` with no seconds)."""
+    medians = {key: statistics.median(t) for key, t in rule_times(reference).items()}
     out = []
     for job in jobs:
         bench = job.get("benchmark")
         timing = read_benchmark(reference / bench) if bench else None
+        inside = bench is not None and Path(bench).is_relative_to(BENCH_ROOT)
+        method = _method(Path(bench).relative_to(BENCH_ROOT)) if inside else None
         if timing and timing["seconds"] is not None:
             basis, seconds = "same job", timing["seconds"]
-        elif job["rule"] in medians:
-            basis, seconds = "rule median", medians[job["rule"]]
+        elif method is not None and (job["rule"], method) in medians:
+            basis, seconds = "method median", medians[(job["rule"], method)]
+        elif (job["rule"], None) in medians:
+            basis, seconds = "rule median", medians[(job["rule"], None)]
         else:
             basis, seconds = "unmeasured", None
         out.append({"rule": job["rule"], "output": job["output"], "threads": job["threads"],
@@ -62,8 +77,8 @@ def summarise(estimates: list[dict[str, Any]], cores: int) -> dict[str, Any]:
     ``cores`` if they stay busy (job seconds x threads / cores, never below the longest job)."""
     rules: dict[str, dict[str, Any]] = {}
     for e in estimates:
-        r = rules.setdefault(e["rule"], {"jobs": 0, "same job": 0, "rule median": 0,
-                                         "unmeasured": 0, "seconds": 0.0})  # fmt: skip
+        r = rules.setdefault(e["rule"], {"jobs": 0, "same job": 0, "method median": 0,
+                                         "rule median": 0, "unmeasured": 0, "seconds": 0.0})  # fmt: skip
         r["jobs"] += 1
         r[e["basis"]] += 1
         r["seconds"] += e["seconds"] or 0.0
@@ -91,12 +106,12 @@ def render(summary: dict[str, Any], targets: list[str], reference: Path, command
         "",
         f"Planned by `{command}`; timed from the benchmark files of `{reference}`.",
         "",
-        "| rule | jobs | same job measured | rule median | unmeasured | seconds |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| rule | jobs | same job measured | method median | rule median | unmeasured | seconds |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for rule, r in summary["by_rule"].items():
-        lines.append(f"| {rule} | {r['jobs']} | {r['same job']} | {r['rule median']} | "
-                     f"{r['unmeasured']} | {r['seconds']:.0f} |")  # fmt: skip
+        lines.append(f"| {rule} | {r['jobs']} | {r['same job']} | {r['method median']} | "
+                     f"{r['rule median']} | {r['unmeasured']} | {r['seconds']:.0f} |")  # fmt: skip
     lines += [
         "",
         f"{summary['jobs']} jobs; {summary['unmeasured_jobs']} unmeasured (not counted). "
