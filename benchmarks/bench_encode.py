@@ -265,17 +265,12 @@ def int8_models(bi, titles: list[str], texts: list[str]) -> tuple[dict, dict]:
     """int8 copies of ``bi`` by both implementations (``drpipe.quantize``: ONNX Runtime's, the
     one the pipeline runs here, and PyTorch's), each built and run on two passages once; and
     the seconds that took (a shard job pays it once, before its first batch)."""
-    from drpipe.encoders import BiEncoder, Encoder
     from drpipe.quantize import torch_quantize_int8
 
-    def torch_int8():
-        q = Encoder(torch_quantize_int8(bi.query.model), bi.pooling)
-        p = None if bi.tied else Encoder(torch_quantize_int8(bi.passage.model), bi.pooling)
-        return BiEncoder(q, p, bi.tokenizer, max_query_len=bi.max_query_len,
-                         max_passage_len=bi.max_passage_len, init=bi.init)  # fmt: skip
-
+    makers = {"int8": lambda: bi.for_inference("int8"),
+              "int8_torch": lambda: bi.with_models(torch_quantize_int8)}  # fmt: skip
     models, build = {}, {}
-    for name, make in (("int8", lambda: bi.for_inference("int8")), ("int8_torch", torch_int8)):
+    for name, make in makers.items():
         t0 = time.perf_counter()
         models[name] = make()
         models[name].passage(models[name].tokenize_passages(titles[:2], texts[:2]))

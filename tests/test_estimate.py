@@ -12,46 +12,25 @@ from pathlib import Path
 from drpipe.audit.staleness import parse_dry_run
 from drpipe.estimate import estimate_jobs, render, summarise
 
-PLAN = textwrap.dedent(
+TRAIN_JOB = """
+[Tue Nov 24 19:39:01 2026]
+rule train:
+    input: results/train/squad.jsonl.gz
+    output: results/models/{run}/squad, results/models/{run}/squad.report.json
+    jobid: {jobid}
+    benchmark: results/benchmarks/rules/train/{run}/squad.tsv
+    reason: Missing output files: results/models/{run}/squad
+    threads: 2
+    resources: tmpdir=/tmp
+Shell command: drpipe train
+"""
+PLAN = "".join(TRAIN_JOB.format(run=run, jobid=i) for i, run in
+               enumerate(("dpr", "dpr_gold7", "xmoco.f2_q32"), start=3)) + textwrap.dedent(
     """
-    [Tue Nov 24 19:39:01 2026]
-    rule train:
-        input: results/train/squad.jsonl.gz
-        output: results/models/dpr/squad, results/models/dpr/squad.report.json
-        log: results/logs/train/dpr/squad.log
-        jobid: 3
-        benchmark: results/benchmarks/rules/train/dpr/squad.tsv
-        reason: Missing output files: results/models/dpr/squad
-        threads: 2
-        resources: tmpdir=/tmp
-    Shell command: drpipe train --cfg '{"lr": 3e-05}'
-
-    [Tue Nov 24 19:39:01 2026]
-    rule train:
-        input: results/train/squad.jsonl.gz
-        output: results/models/dpr_gold7/squad, results/models/dpr_gold7/squad.report.json
-        jobid: 4
-        benchmark: results/benchmarks/rules/train/dpr_gold7/squad.tsv
-        reason: Missing output files: results/models/dpr_gold7/squad
-        threads: 2
-        resources: tmpdir=/tmp
-    Shell command: drpipe train --cfg '{"lr": 3e-05}'
-
-    [Tue Nov 24 19:39:01 2026]
-    rule train:
-        input: results/train/squad.jsonl.gz
-        output: results/models/xmoco.f2_q32/squad, results/models/xmoco.f2_q32/squad.report.json
-        jobid: 6
-        benchmark: results/benchmarks/rules/train/xmoco.f2_q32/squad.tsv
-        reason: Missing output files: results/models/xmoco.f2_q32/squad
-        threads: 2
-        resources: tmpdir=/tmp
-    Shell command: drpipe train --cfg '{"lr": 3e-05}'
-
     [Tue Nov 24 19:39:01 2026]
     rule evaluate:
         output: results/metrics/dpr/squad/squad-test.json
-        jobid: 5
+        jobid: 6
         benchmark: results/benchmarks/rules/evaluate/dpr/squad/squad-test.tsv
         reason: Missing output files: results/metrics/dpr/squad/squad-test.json
         resources: tmpdir=/tmp
@@ -62,7 +41,7 @@ PLAN = textwrap.dedent(
         input: results/table2.csv
         jobid: 0
     """
-)
+)  # fmt: skip
 
 
 def _bench(root: Path, rel: str, seconds: float) -> None:

@@ -13,8 +13,8 @@ support and for CPUs with AMX or AVX512-BF16; autocast keeps fp32 master weights
 
 ``precision`` settings (forward-only passes: corpus and question encoding, reader inference):
 ``"fp32"``, ``"bf16"`` (autocast), ``"int8"`` (dynamic quantization, weights per output
-channel; CPU only; ONNX Runtime's, else PyTorch's: ``drpipe.quantize``) or ``"auto"``: on CUDA bf16 where supported, on a CPU the
-path ``AUTO_RULES`` names for its flags (the fastest that ``benchmarks/bench_encode.py``
+channel; CPU only; ONNX Runtime's, else PyTorch's: ``drpipe.quantize``) or ``"auto"``: on
+CUDA bf16 where supported, on a CPU the path ``AUTO_RULES`` names for its flags (the fastest that ``benchmarks/bench_encode.py``
 measured on that kind of CPU among the paths within the accuracy bound, ``AUTO_PATHS``).
 ``resolve_precision`` says which path and why; every encoding report records both.
 """
@@ -26,7 +26,7 @@ import importlib.util
 import json
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,8 +184,8 @@ def resolve_precision(
                          f"auto on {device}: bf16 {'supported' if ok else 'not supported'}")  # fmt: skip
     flags = cpu_flags() if flags is None else frozenset(flags)
     kind, ranked = cpu_kind(flags)
-    usable = [p for p in ranked if p in allowed and (p != "int8" or has_onnxruntime())]
-    path = usable[0] if usable else "fp32"
+    path = next((p for p in ranked if p in allowed and (p != "int8" or has_onnxruntime())),
+                "fp32")  # fmt: skip
     named = ", ".join(sorted(f for f in flags if f in {f for r in AUTO_RULES for f in r[1]}))
     return Precision(path, setting, f"auto on a CPU of kind {kind} (flags: {named or 'none'})")
 
@@ -435,9 +435,12 @@ class BiEncoder(nn.Module):
         this model is left as it is)."""
         if precision != "int8":
             return self
-        query = Encoder(quantize_int8(self.query.model, HIDDEN), self.pooling)
-        passage = (None if self.tied
-                   else Encoder(quantize_int8(self.passage.model, HIDDEN), self.pooling))  # fmt: skip
+        return self.with_models(lambda model: quantize_int8(model, HIDDEN))
+
+    def with_models(self, convert: Callable[[nn.Module], nn.Module]) -> BiEncoder:
+        """A copy whose encoders run ``convert`` of their Hugging Face models (ties kept)."""
+        query = Encoder(convert(self.query.model), self.pooling)
+        passage = None if self.tied else Encoder(convert(self.passage.model), self.pooling)
         out = BiEncoder(query, passage, self.tokenizer, max_query_len=self.max_query_len,
                         max_passage_len=self.max_passage_len, init=self.init)  # fmt: skip
         out.method = self.method
