@@ -211,6 +211,29 @@ def test_low_precision_vectors_agree_with_fp32(encoded, path):
     assert not np.array_equal(ref, vecs)  # the path really ran differently
 
 
+@pytest.mark.parametrize("cpu", [*FLAGS, "arm"])
+def test_int8_weights_are_7_bit_only_on_x86_without_vnni(cpu):
+    from drpipe.quantize import saturates
+
+    flags = frozenset({"asimd"} if cpu == "arm" else FLAGS[cpu])
+    assert saturates(flags) == (cpu == "avx2")
+
+
+def test_int8_with_7_bit_weights_stays_within_the_cosine_bound(corpus, model, encoded, tmp_path,
+                                                               monkeypatch):  # fmt: skip
+    """The weights an x86 CPU without VNNI gets (this CPU computes them without saturating,
+    so this measures their rounding alone) keep the int8 bound on the same real passages."""
+    from drpipe import quantize
+
+    model_dir, bi = model
+    monkeypatch.setattr(quantize, "reduce_range", lambda: True)
+    rep = encode_shard(model_dir, corpus / "passages.parquet", 0, 1, tmp_path / "v.npy",
+                       {**ENC, "precision": "int8"}, model=bi)  # fmt: skip
+    assert rep["precision_backend"].endswith("7-bit weights (x86 without VNNI)")
+    cos = cosines(encoded["fp32"][0], np.load(tmp_path / "v.npy"))
+    assert cos.min() >= MIN_COS["int8"] and cos.mean() >= MEAN_COS["int8"], (cos.min(), cos.mean())
+
+
 def test_int8_quantizes_a_copy_and_leaves_the_model_alone(model, monkeypatch):
     from torch.ao.nn.quantized.dynamic import Linear as QLinear
 
