@@ -157,7 +157,7 @@ def once(root: Path, name: str, build: Callable[[Path], Path]) -> Path:
 def build_dpr_run(work: Path, targets: tuple[str, ...] = DPR_TARGETS) -> Path:
     """The DPR run in ``work`` (created)."""
     work.mkdir()
-    snakemake(work, *targets, overlay=DPR_OVERLAY, timeout=BUILD_TIMEOUT)
+    snakemake(work, *targets, overlay=DPR_OVERLAY, timeout=BUILD_TIMEOUT, fork_jobs=True)
     return work
 
 
@@ -171,7 +171,7 @@ def extend_run(dpr_run: Path, work: Path) -> Path:
     """A copy of ``dpr_run`` at ``work`` built on to TARGETS with OVERLAY; fails if a job of
     the DPR run reran (the copy would then no longer share its DPR with the audited pair)."""
     copy_run(dpr_run, work)
-    proc = snakemake(work, *TARGETS, overlay=OVERLAY, timeout=BUILD_TIMEOUT)
+    proc = snakemake(work, *TARGETS, overlay=OVERLAY, timeout=BUILD_TIMEOUT, fork_jobs=True)
     ran = [
         (rule, out.split(",")[0].strip()) for rule, out in _JOB.findall(proc.stdout + proc.stderr)
     ]
@@ -225,7 +225,8 @@ REDUCED_REHEARSAL_TARGETS = tuple(
 
 def build_reduced_rehearsal(work: Path) -> Path:
     work.mkdir()
-    snakemake(work, *REDUCED_REHEARSAL_TARGETS, overlay=REDUCED_REHEARSAL, timeout=BUILD_TIMEOUT)
+    snakemake(work, *REDUCED_REHEARSAL_TARGETS, overlay=REDUCED_REHEARSAL, timeout=BUILD_TIMEOUT,
+              fork_jobs=True)  # fmt: skip
     return work
 
 

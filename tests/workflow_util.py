@@ -12,9 +12,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import yaml
+from drpipe_zygote import jobs_forked
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
@@ -105,9 +107,12 @@ def snakemake(
     timeout: int = 3600,
     repo: Path = REPO,
     python_path: bool = True,
+    fork_jobs: bool = False,
 ) -> subprocess.CompletedProcess:
     """Run a checkout's Snakefile (this repository's by default) with results under
-    ``workdir``. For another checkout, ``python_path`` puts its package first on PYTHONPATH."""
+    ``workdir``. For another checkout, ``python_path`` puts its package first on PYTHONPATH.
+    ``fork_jobs``: the jobs' `drpipe` runs as forks of a preloaded process (drpipe_zygote.py),
+    for runs of many jobs."""
     # Targets and flags first: --configfile (below) takes every word after it.
     cmd = [
         str(SNAKEMAKE),
@@ -139,9 +144,10 @@ def snakemake(
     env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}{os.pathsep}{os.environ['PATH']}"}
     if repo != REPO and python_path:
         env["PYTHONPATH"] = str(repo / "workflow")
-    proc = _ZYGOTE.run(cmd, env, timeout)
-    if proc is None:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    with jobs_forked(env) if fork_jobs else nullcontext(env) as env:
+        proc = _ZYGOTE.run(cmd, env, timeout)
+        if proc is None:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n"

@@ -1,0 +1,212 @@
+"""The tiny runs' `drpipe` jobs as forks of one process that has torch, transformers' BERT and
+drpipe already imported (the tests' counterpart of snakemake_zygote.py, for jobs).
+
+Each job that loads a model spends ~4 s of CPU importing torch and transformers before it does
+anything, and the background builder runs some 250 jobs on the two cores the tests share: that
+start-up was the largest single cost of `make test`. ``jobs_forked(env)`` starts a server for
+one Snakemake run and returns the environment to run it with: ``tests/zygote_bin`` first on
+PATH, whose `drpipe` is a small client (stdlib only) that hands the server its arguments,
+environment, working directory and standard streams (the descriptors themselves, so `2> log`
+and Snakemake's pipes are the job's own) and exits with the fork's status. A fork is otherwise
+a fresh `drpipe` process; what it cannot share with one is said here:
+
+- the hash seed (one per server): each run gets its own server, so the two DPR runs that are
+  compared byte for byte still run under different seeds;
+- Snakemake's benchmark files time the client: wall time is the job's, memory and CPU are not.
+
+The server never runs a torch operation, so no OpenMP pool exists to break in a fork; it forks
+from one thread. ``DRPIPE_TEST_ZYGOTE=0`` turns it off (plain processes, as for the dry runs'
+zygote), and a client that cannot reach its server runs the real `drpipe` itself.
+
+Protocol: the client sends a length-prefixed JSON request {"argv", "env", "cwd"} with its fds
+0, 1 and 2 attached; the server answers the fork's pid on one line, then its exit code.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+BIN = Path(__file__).resolve().with_name("zygote_bin")
+# What a job's `drpipe` imports before its work starts (one import that fails is skipped).
+PRELOAD = (
+    "torch",
+    "transformers",
+    "transformers.models.bert.modeling_bert",
+    "drpipe.cli",
+    "drpipe.encoders",
+    "drpipe.encode",
+    "drpipe.methods",
+    "drpipe.training.loop",
+    "drpipe.reader.model",
+    "pandas",
+    "pyarrow.parquet",
+)
+
+
+def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    while len(data) < 8 or len(data) < 8 + int.from_bytes(data[:8], "big"):
+        chunk = conn.recv(1 << 16)
+        if not chunk:
+            raise EOFError("the client left before its request was complete")
+        data += chunk
+    size = int.from_bytes(data[:8], "big")
+    return json.loads(data[8 : 8 + size]), list(fds)
+
+
+def _child(request: dict, fds: list[int], close: list[socket.socket]) -> None:
+    """Become `drpipe ARGV` with the client's streams (never returns)."""
+    code = 1
+    try:
+        for s in close:  # the server's sockets are not the job's
+            s.close()
+        for fd, received in zip((0, 1, 2), fds, strict=True):
+            os.dup2(received, fd)
+            os.close(received)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.argv = ["drpipe", *request["argv"]]
+        from drpipe.cli import main
+
+        code = main(request["argv"])
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            atexit._run_exitfuncs()  # what a normal exit runs (logging.shutdown and the like)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve(path: str) -> None:
+    """Preload, then fork one child per client until stdin closes (the run is over)."""
+    import importlib
+
+    # Listening first: a job that starts while the server imports waits in the backlog.
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - a module not preloaded is imported by the job
+            print(f"drpipe zygote: not preloaded: {name}: {exc}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    children: dict[int, socket.socket] = {}  # pid -> the client waiting for it
+    while True:
+        ready = select.select([listener, 0, *children.values()], [], [], 0.2)[0]
+        if 0 in ready and not os.read(0, 1024):
+            break
+        for conn in [c for c in ready if isinstance(c, socket.socket) and c is not listener]:
+            pid = next(p for p, c in children.items() if c is conn)
+            if not conn.recv(1):  # the client is gone (killed): so is its job
+                os.kill(pid, signal.SIGTERM)
+        if listener in ready:
+            conn, _ = listener.accept()
+            try:
+                request, fds = _recv_request(conn)
+            except (OSError, EOFError, ValueError) as exc:
+                print(f"drpipe zygote: bad request: {exc}", file=sys.stderr)
+                conn.close()
+                continue
+            pid = os.fork()
+            if pid == 0:
+                _child(request, fds, [listener, conn, *children.values()])
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(f"{pid}\n".encode())
+            children[pid] = conn
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            conn = children.pop(pid)
+            with suppress(OSError):
+                conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+            conn.close()
+    for pid in children:
+        os.kill(pid, signal.SIGTERM)
+
+
+def client(argv: list[str]) -> int:
+    """`drpipe ARGV` run by the server named in DRPIPE_ZYGOTE, or the real one if unreachable."""
+    real = os.environ["DRPIPE_REAL"]
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(os.environ["DRPIPE_ZYGOTE"])
+    except (KeyError, OSError):
+        os.execv(real, [real, *argv])
+    body = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    socket.send_fds(sock, [len(body).to_bytes(8, "big") + body], [0, 1, 2])
+    reader = sock.makefile("rb")
+    pid = int(reader.readline() or b"0")
+    if pid <= 0:
+        print("drpipe (test zygote): the server did not start the job", file=sys.stderr)
+        return 1
+
+    def forward(signum, _frame) -> None:  # Snakemake stopping the job stops the fork
+        os.kill(pid, signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
+    line = reader.readline()
+    if not line:
+        print(f"drpipe (test zygote): the server lost job {pid}", file=sys.stderr)
+        return 1
+    code = int(line)
+    return code if code >= 0 else 128 - code  # killed by signal N: 128 + N, as a shell says
+
+
+@contextmanager
+def jobs_forked(env: dict[str, str]):
+    """``env`` for a Snakemake run whose `drpipe` jobs are forks of a server started here (and
+    stopped when the block ends); ``env`` itself where ``DRPIPE_TEST_ZYGOTE=0``."""
+    if env.get("DRPIPE_TEST_ZYGOTE") == "0":
+        yield env
+        return
+    real = Path(sys.executable).with_name("drpipe")
+    with tempfile.TemporaryDirectory(prefix="drpipe-zygote-") as tmp:
+        path = str(Path(tmp) / "socket")
+        server = subprocess.Popen(
+            [sys.executable, __file__, "serve", path], stdin=subprocess.PIPE, env=env
+        )
+        for _ in range(200):  # bound before the first job asks (else it runs unforked)
+            if os.path.exists(path) or server.poll() is not None:
+                break
+            time.sleep(0.05)
+        try:
+            yield {**env, "PATH": f"{BIN}{os.pathsep}{env['PATH']}", "DRPIPE_ZYGOTE": path,
+                   "DRPIPE_REAL": str(real)}  # fmt: skip
+        finally:
+            assert server.stdin is not None
+            server.stdin.close()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "serve":
+        serve(sys.argv[2])
+    else:
+        sys.exit(client(sys.argv[2:]))

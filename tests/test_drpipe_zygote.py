@@ -1,0 +1,40 @@
+"""The tests' job zygote (drpipe_zygote.py) runs a `drpipe` job as the real command would:
+same exit status, same streams, and the real command where no server answers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from drpipe_zygote import jobs_forked
+
+# The venv's `drpipe` first, as in a Snakemake run of the tests (workflow_util.snakemake).
+ENV = {**os.environ, "DRPIPE_TEST_ZYGOTE": "1",
+       "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+
+
+def _run(cmd: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, shell=True, env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
+def test_a_forked_job_has_the_real_commands_status_and_streams(tmp_path: Path) -> None:
+    env = ENV
+    plain = _run("drpipe encode --bogus 2> plain.log", env, tmp_path)
+    with jobs_forked(env) as forked_env:
+        assert forked_env["PATH"].split(os.pathsep)[0].endswith("zygote_bin")
+        forked = _run("drpipe encode --bogus 2> forked.log", forked_env, tmp_path)
+        helped = _run("drpipe --help", forked_env, tmp_path)
+    assert forked.returncode == plain.returncode == 2
+    assert (tmp_path / "forked.log").read_text() == (tmp_path / "plain.log").read_text()
+    assert "--model" in (tmp_path / "forked.log").read_text()
+    assert helped.returncode == 0 and "encode" in helped.stdout
+
+
+def test_without_a_server_the_client_runs_the_real_drpipe(tmp_path: Path) -> None:
+    with jobs_forked(ENV) as env:
+        pass  # the server has stopped; its environment still names it
+    done = _run("drpipe --help", env, tmp_path)
+    assert done.returncode == 0 and "encode" in done.stdout
