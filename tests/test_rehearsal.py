@@ -4,8 +4,8 @@
 - each stand-in kind writes its format so the pipeline's own readers take it;
 - the rehearsal's DAG is the paper scale's, job for job, but for where inputs come from (dry
   runs of both);
-- a reduced rehearsal (one Single train set and each paper's Multi set, and DPR's released
-  checkpoints in both layouts) runs end to end.
+- a reduced rehearsal (one Single train set and each paper's Multi set, DPR's released
+  checkpoints in both layouts, and DPR's NQ reader for Table 4) runs end to end.
 """
 
 from __future__ import annotations
@@ -172,3 +172,22 @@ def test_reduced_rehearsal_runs(reduced_rehearsal: Path) -> None:
     for ts, layout in (("nq", "hf"), ("multi", "dpr_cp")):
         rep = json.loads((work / f"results/models/dpr.released/{ts}.report.json").read_text())
         assert rep["layout"] == layout and rep["trained_here"] is False
+    # Table 4's paper-scale reader (DPR 6.1): one reader for DPR's NQ retriever, from the
+    # stand-in of bert-base-uncased, on that retriever's own train-split top 100, m = 24, 350
+    # tokens, the paper's epochs; every question it could not use counted and named.
+    rep = json.loads((work / "results/readers/dpr/nq/nq.report.json").read_text())
+    cfg = rep["cfg"]
+    assert cfg["init"].endswith("bert-base-uncased") and cfg["init"].startswith("results/")
+    assert (cfg["passages"], cfg["max_len"], cfg["depth"], rep["epochs"]) == (24, 350, 100, 16)
+    counts = rep["counts"]
+    assert counts["questions"] == 12 and counts["kept"] >= 1
+    assert counts["no_answer_in_top_depth"] == len(
+        rep["skipped_examples"]["no_answer_in_top_depth"]
+    )
+    # k chosen on dev among the paper's depths (never on test), then read on test in fp32.
+    k = json.loads((work / "results/answers/dpr/nq/nq.k.json").read_text())
+    assert k["questions"].endswith("nq/dev.parquet") and set(k["em_by_k"]) == {
+        "1", "5", "10", "20", "50", "100"}  # fmt: skip
+    read = json.loads((work / runs.REDUCED_REHEARSAL_READ).read_text())
+    assert read["n_questions"] == 24 and read["k"] == k["k"] and read["reader"] == "dpr/nq"
+    assert read["reader_precision"] == "fp32" and 0.0 <= read["em"] <= 100.0
