@@ -10,16 +10,13 @@ from pathlib import Path
 
 import pytest
 import tiny_run as runs
+from workflow_util import mirror_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def mirror_dir() -> Path:
-    return Path(os.environ.get("DATA_MIRROR", REPO.parent / "shared" / "data")).resolve()
 
 
 @pytest.fixture(scope="session")
@@ -77,6 +74,12 @@ def tiny_touched_run(shared_tmp, data_mirror) -> Path:
 def tiny_audited(shared_tmp, data_mirror) -> tuple[Path, Path]:
     """(a copy of the DPR run audited against the second one, the second one)."""
     return runs.build(shared_tmp, "tiny-audited"), runs.build(shared_tmp, "tiny-dpr-again")
+
+
+@pytest.fixture(scope="session")
+def fake_slurm_run(shared_tmp, data_mirror) -> Path:
+    """The tiny DPR run's copy run again through a fake SLURM (slurm_run.py)."""
+    return runs.build(shared_tmp, "fake-slurm")
 
 
 @pytest.fixture(scope="session")

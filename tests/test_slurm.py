@@ -5,54 +5,47 @@
 - A fake SLURM (``tests/fake_slurm``: sbatch, squeue, sacct, scancel, srun, ... first on PATH)
   runs the jobs that the real snakemake-executor-plugin-slurm submits for a tiny real DAG (a
   copy of the session's tiny DPR run, its mining forced to rerun: one CPU job and every GPU
-  rule from training to retrieval); the test checks the resources each job was submitted with
-  against the profile, kills one running job with the fake ``scancel`` and checks that it is
-  resubmitted and the workflow completes. That every rule, CPU or GPU, carries its profile
+  rule from training to retrieval; run by the session's builder, ``slurm_run.py``, which
+  cancels the first training job with the fake ``scancel``); the test checks the resources
+  each job was submitted with against the profile, and that the cancelled job was
+  resubmitted and the workflow completed. That every rule, CPU or GPU, carries its profile
   resources is checked on the paper-scale plan above.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import resource
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from tiny_run import DPR_OVERLAY, copy_run
+from slurm_run import (
+    FORCED,
+    OVERRIDES,
+    PROFILE,
+    SNAKEMAKE,
+    TARGET,
+    env_with,
+    rule_of,
+)
+from slurm_run import profile as slurm_profile
+from slurm_run import requests as slurm_requests
 
 from drpipe.config import resolve
 from drpipe.methods import method_class
 from drpipe.papers import paper_of_run
 
 REPO = Path(__file__).resolve().parents[1]
-SNAKEMAKE = Path(sys.executable).with_name("snakemake")
-FAKE = Path(__file__).resolve().parent / "fake_slurm"
-PROFILE = REPO / "profiles" / "slurm"
 RAW = yaml.safe_load((REPO / "config.yaml").read_text())
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 # Issue 12 asks for 10 s; with all four methods the plan measured 11.5 s of CPU under a
 # load average of 5 (importing torch for the method registry is ~2-3 s of it). The bound
 # guards against regressions while that is worked on; the measured figure is printed.
 PLAN_SECONDS = 20.0
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, **extra}
-    env["PATH"] = os.pathsep.join(
-        p for p in (extra.get("PATH"), str(SNAKEMAKE.parent), os.environ["PATH"]) if p
-    )
-    return env
-
-
-def _profile() -> dict:
-    return yaml.safe_load((PROFILE / "config.yaml").read_text())
 
 
 # --------------------------------------------------------------------------- paper-scale plan
@@ -67,7 +60,7 @@ def _paper_plan(workdir: Path) -> tuple[float, float, str]:
            "--directory", str(workdir), "--sdm", "env-modules"]  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env_with(), timeout=600)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -122,7 +115,7 @@ def test_paper_scale_plan_has_every_method_on_all_five_datasets_quickly(tmp_path
                 missing.append(path)
     assert not missing, f"not planned: {missing[:10]}"
     # Every planned job carries its rule's resources from the profile.
-    profile = _profile()
+    profile = slurm_profile()
     for job in jobs:
         want = {**profile["default-resources"], **profile["set-resources"].get(job["rule"], {})}
         for key in ("mem_mb", "runtime", "slurm_partition", "gpu"):
@@ -133,93 +126,25 @@ def test_paper_scale_plan_has_every_method_on_all_five_datasets_quickly(tmp_path
 
 # --------------------------------------------------------------------------- fake SLURM
 
-TARGET = "results/runs/dpr/squad/squad-test.parquet"
-FORCED = "mine"  # a CPU rule; everything after it up to TARGET reruns with it
-# The profile's train jobs ask for 8 GPUs; `drpipe train` starts one process per GPU, which a
-# 2-core test machine cannot afford: this run asks for one (still a GPU job to SLURM). The
-# change goes into a copy of the profile: `--set-resources` on the command line would replace
-# the profile's whole set-resources block (every rule back to the defaults), which is what
-# this test first caught.
-OVERRIDES = {"train": {"gpu": 1}}
 
-
-def _test_profile(where: Path) -> Path:
-    """profiles/slurm with OVERRIDES applied (everything else as the repository has it)."""
-    profile = _profile()
-    for rule, values in OVERRIDES.items():
-        profile["set-resources"][rule] = {**profile["set-resources"][rule], **values}
-    where.mkdir(parents=True)
-    (where / "config.yaml").write_text(yaml.safe_dump(profile))
-    return where
-
-
-def _requests(state: Path) -> list[dict]:
-    path = state / "requests.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _rule_of(request: dict) -> str:
-    m = re.match(r"rule_(\w+?)(?:_wildcards_|$)", request["options"].get("--comment", ""))
-    assert m, request
-    return m.group(1)
-
-
-def _cancel_first(rule: str, state: Path, env: dict, done: threading.Event, out: dict) -> None:
-    """Wait for the first job of ``rule`` to run for a few seconds, then scancel it."""
-    while not done.is_set():
-        for req in _requests(state):
-            if req["cmd"] == "sbatch" and _rule_of(req) == rule:
-                job = json.loads((state / "jobs" / f"{req['job_id']}.json").read_text())
-                if job["state"] == "RUNNING" and time.time() - req["time"] > 3:
-                    subprocess.run([str(FAKE / "scancel"), req["job_id"]], env=env, check=True)
-                    out["cancelled"] = req["job_id"]
-                    return
-        time.sleep(0.5)
-
-
+# The run is built by the session's builder, beside the other runs (slurm_run.py).
 @pytest.mark.slow
 def test_fake_slurm_runs_a_tiny_dag_with_profile_resources_and_resubmits_a_cancelled_job(
-    tmp_path, data_mirror, tiny_dpr_run
+    fake_slurm_run,
 ):
-    state, work = tmp_path / "slurm", copy_run(tiny_dpr_run, tmp_path / "work")
-    overlay = work / "tiny.yaml"
-    overlay.write_text(yaml.safe_dump(DPR_OVERLAY))
-    env = _env(
-        PATH=str(FAKE),
-        FAKE_SLURM_DIR=str(state),
-        FAKE_SLURM_PYTHON=sys.executable,
-        DATA_MIRROR=str(data_mirror),
-        HF_HUB_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-    )
-    profile_dir = _test_profile(tmp_path / "profile")
-    cmd = [str(SNAKEMAKE), TARGET, "--forcerun", FORCED, "--profile", str(profile_dir),
-           "-s", str(REPO / "Snakefile"), "--directory", str(work), "--sdm", "env-modules",
-           "--jobs", "2", "--max-threads", "2", "--slurm-init-seconds-before-status-checks",
-           "1", "--latency-wait", "5", "--configfile", str(REPO / "config.yaml"),
-           str(overlay)]  # fmt: skip
-    done, killed = threading.Event(), {}
-    killer = threading.Thread(target=_cancel_first, args=("train", state, env, done, killed))
-    killer.start()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3000)
-    finally:
-        done.set()
-        killer.join()
-    log = proc.stdout[-3000:] + proc.stderr[-6000:]
-    assert proc.returncode == 0, log
+    state, work = fake_slurm_run / "slurm", fake_slurm_run / "work"
+    result = json.loads((fake_slurm_run / "result.json").read_text())
+    assert result["returncode"] == 0, result["log"]
     assert (work / TARGET).is_file()
 
-    requests = _requests(state)
+    requests = slurm_requests(state)
     submitted = [r for r in requests if r["cmd"] == "sbatch"]
-    rules = [_rule_of(r) for r in submitted]
+    rules = [rule_of(r) for r in submitted]
     assert sorted(rules) == sorted([FORCED, "train", "train", "encode", "encode", "build_index",
                                     "encode_queries", "retrieve"]), rules  # fmt: skip
 
     # Every submission carries its rule's resources from the profile (and this run's override).
-    profile = _profile()
+    profile = slurm_profile()
     for req, rule in zip(submitted, rules, strict=True):
         want = {
             **profile["default-resources"],
@@ -244,8 +169,8 @@ def test_fake_slurm_runs_a_tiny_dag_with_profile_resources_and_resubmits_a_cance
             assert f"--gpus={gpus}" in s["argv"], (rule, s)
 
     # The cancelled train job was resubmitted, and the second submission completed.
-    assert "cancelled" in killed, "no train job was seen running"
-    cancelled = killed["cancelled"]
+    cancelled = result["cancelled"]
+    assert cancelled, "no train job was seen running"
     assert any(r["cmd"] == "scancel" and cancelled in r["job_ids"] for r in requests)
     states = {p.stem: json.loads(p.read_text())["state"] for p in (state / "jobs").glob("*.json")}
     assert states[cancelled] == "CANCELLED"

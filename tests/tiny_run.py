@@ -26,12 +26,14 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-from workflow_util import REPO, snakemake, touched_run
+from slurm_run import build_fake_slurm_run
+from workflow_util import REPO, copy_run, snakemake, touched_run
 
 RAW = yaml.safe_load((REPO / "config.yaml").read_text())
 
@@ -161,12 +163,6 @@ def build_dpr_run(work: Path, targets: tuple[str, ...] = DPR_TARGETS) -> Path:
     return work
 
 
-def copy_run(src: Path, dest: Path) -> Path:
-    """A copy of a run's directory with its mtimes and Snakemake metadata (``cp -a``)."""
-    subprocess.run(["cp", "-a", str(src), str(dest)], check=True)
-    return dest
-
-
 def extend_run(dpr_run: Path, work: Path) -> Path:
     """A copy of ``dpr_run`` at ``work`` built on to TARGETS with OVERLAY; fails if a job of
     the DPR run reran (the copy would then no longer share its DPR with the audited pair)."""
@@ -249,6 +245,9 @@ def build(root: Path, name: str) -> Path:
         return once(root, name, build_touched_run)
     if name == "rehearsal-reduced":
         return once(root, name, build_reduced_rehearsal)
+    if name == "fake-slurm":
+        dpr = build(root, "tiny-dpr")
+        return once(root, name, lambda work: build_fake_slurm_run(dpr, work, DPR_OVERLAY))
     raise ValueError(f"no tiny run named {name!r}")
 
 
@@ -260,23 +259,41 @@ NEEDS = {
     "tiny_dpr_rerun": ("tiny-dpr-again",),
     "tiny_audited": ("tiny-dpr-again", "tiny-audited"),
     "reduced_rehearsal": ("rehearsal-reduced",),
+    "fake_slurm_run": ("tiny-dpr", "fake-slurm"),
 }
 # The order the background builder makes them (the touched DAG takes seconds), and in which
 # the tests that read them run: each test as soon as the last run it needs is there.
-ORDER = ("tiny-touched", "tiny-dpr", "tiny-all", "tiny-dpr-again", "tiny-audited",
+ORDER = ("tiny-touched", "tiny-dpr", "tiny-all", "tiny-dpr-again", "tiny-audited", "fake-slurm",
          "rehearsal-reduced")  # fmt: skip
+# Runs that mostly wait (the fake SLURM's status checks), and the run each copies: the builder
+# starts one in a thread of its own as soon as that run is built, and goes on beside it. (It
+# never builds a run itself: workflow_util's Snakemake zygote serves one thread at a time.)
+BESIDE = {"fake-slurm": "tiny-dpr"}
 
 
 def main(argv: list[str]) -> int:
-    """Build the named runs under ``argv[0]`` in order; a failed one is recorded (its fixture
-    reports it) and the others are still built."""
-    root, failed = Path(argv[0]), 0
-    for name in argv[1:]:
+    """Build the named runs under ``argv[0]`` in order (those in BESIDE in threads of their
+    own); a failed one is recorded (its fixture reports it) and the others are still built."""
+    root, failed = Path(argv[0]), []
+
+    def attempt(name: str) -> None:
         try:
             build(root, name)
         except Exception:
             traceback.print_exc()
-            failed += 1
+            failed.append(name)
+
+    beside = []
+    for name in argv[1:]:
+        if name in BESIDE:
+            continue
+        attempt(name)
+        for other, after in BESIDE.items():
+            if after == name and other in argv[1:]:
+                beside.append(threading.Thread(target=attempt, args=(other,)))
+                beside[-1].start()
+    for thread in beside:
+        thread.join()
     return 1 if failed else 0
 
 

@@ -22,6 +22,17 @@ REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
 
 
+def mirror_dir() -> Path:
+    """The real-data mirror: ``DATA_MIRROR``, else ``../shared/data`` beside the checkout."""
+    return Path(os.environ.get("DATA_MIRROR", REPO.parent / "shared" / "data")).resolve()
+
+
+def copy_run(src: Path, dest: Path) -> Path:
+    """A copy of a run's directory with its mtimes and Snakemake metadata (``cp -a``)."""
+    subprocess.run(["cp", "-a", str(src), str(dest)], check=True)
+    return dest
+
+
 def copy_checkout(dest: Path) -> Path:
     """A copy of the workflow (Snakefile, config, package, profiles) at ``dest``; run it with
     ``repo=dest`` (the copy's package is put first on PYTHONPATH)."""
