@@ -89,7 +89,8 @@ def _cancel_first(rule: str, state: Path, env: dict, done: threading.Event, out:
 
 
 def build_fake_slurm_run(dpr_run: Path, where: Path, overlay: dict) -> Path:
-    """The fake-SLURM run of a copy of ``dpr_run`` (built with ``overlay``) in ``where``."""
+    """The fake-SLURM run of a copy of ``dpr_run`` (built with ``overlay``) in ``where``, its
+    jobs on one thread each (two-thread torch jobs beside the builder's spin against them)."""
     where.mkdir()
     state, work = where / "slurm", copy_run(dpr_run, where / "work")
     (work / "tiny.yaml").write_text(yaml.safe_dump(overlay))
@@ -104,7 +105,7 @@ def build_fake_slurm_run(dpr_run: Path, where: Path, overlay: dict) -> Path:
     profile_dir = profile_with_overrides(where / "profile")
     cmd = [str(SNAKEMAKE), TARGET, "--forcerun", FORCED, "--profile", str(profile_dir),
            "-s", str(REPO / "Snakefile"), "--directory", str(work), "--sdm", "env-modules",
-           "--jobs", "2", "--max-threads", "2", "--slurm-init-seconds-before-status-checks",
+           "--jobs", "2", "--max-threads", "1", "--slurm-init-seconds-before-status-checks",
            "1", "--latency-wait", "5", "--configfile", str(REPO / "config.yaml"),
            str(work / "tiny.yaml")]  # fmt: skip
     done, killed = threading.Event(), {}
