@@ -35,8 +35,10 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import NoReturn
 
 BIN = Path(__file__).resolve().with_name("zygote_bin")
 # What a job's `drpipe` imports before its work starts (one import that fails is skipped).
@@ -66,22 +68,16 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(data[8 : 8 + size]), list(fds)
 
 
-def _child(request: dict, fds: list[int], close: list[socket.socket]) -> None:
-    """Become `drpipe ARGV` with the client's streams (never returns)."""
+def become(request: dict, run: Callable[[], int | None]) -> NoReturn:
+    """In a fork: take the request's working directory and environment, ``run()``, and exit
+    as a process would (its status, SystemExit's code, 1 on an exception; atexit handlers and
+    buffered output flushed). Both zygotes' children end here."""
     code = 1
     try:
-        for s in close:  # the server's sockets are not the job's
-            s.close()
-        for fd, received in zip((0, 1, 2), fds, strict=True):
-            os.dup2(received, fd)
-            os.close(received)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        sys.argv = ["drpipe", *request["argv"]]
-        from drpipe.cli import main
-
-        code = main(request["argv"])
+        code = int(run() or 0)
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException:
@@ -93,6 +89,19 @@ def _child(request: dict, fds: list[int], close: list[socket.socket]) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _drpipe(request: dict, fds: list[int], close: list[socket.socket]) -> int:
+    """`drpipe ARGV` with the client's streams (the server's sockets closed first)."""
+    for s in close:
+        s.close()
+    for fd, received in zip((0, 1, 2), fds, strict=True):
+        os.dup2(received, fd)
+        os.close(received)
+    sys.argv = ["drpipe", *request["argv"]]
+    from drpipe.cli import main
+
+    return main(request["argv"])
 
 
 def serve(path: str) -> None:
@@ -129,7 +138,8 @@ def serve(path: str) -> None:
                 continue
             pid = os.fork()
             if pid == 0:
-                _child(request, fds, [listener, conn, *children.values()])
+                socks = [listener, conn, *children.values()]
+                become(request, lambda: _drpipe(request, fds, socks))  # noqa: B023 - runs now
             for fd in fds:
                 os.close(fd)
             conn.sendall(f"{pid}\n".encode())

@@ -13,12 +13,12 @@ zygote answers the child's pid on one line, then its exit status and CPU seconds
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
+
+from drpipe_zygote import become  # from tests/, still first on the path (stdlib only)
 
 # What the `snakemake` console script has first on its path: its own folder, not tests/.
 sys.path[0] = str(Path(sys.executable).parent)
@@ -27,31 +27,14 @@ import snakemake.cli  # noqa: E402
 import torch  # noqa: E402, F401  (imported by the method registry when a Snakefile is parsed)
 
 
-def _child(request: dict) -> None:
-    """Become `snakemake ARGV` (never returns)."""
-    code = 1
-    try:
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        for fd, path, mode in ((0, os.devnull, os.O_RDONLY),
-                               (1, request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-                               (2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):  # fmt: skip
-            os.dup2(os.open(path, mode, 0o644), fd)
-        sys.argv = list(request["argv"])
-        snakemake.cli.main(sys.argv[1:])
-        code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        try:
-            atexit._run_exitfuncs()  # what a normal exit runs (logging.shutdown and the like)
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+def _snakemake(request: dict) -> None:
+    """`snakemake ARGV`, its output to the request's files."""
+    for fd, path, mode in ((0, os.devnull, os.O_RDONLY),
+                           (1, request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                           (2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):  # fmt: skip
+        os.dup2(os.open(path, mode, 0o644), fd)
+    sys.argv = list(request["argv"])
+    snakemake.cli.main(sys.argv[1:])
 
 
 def main() -> None:
@@ -59,7 +42,7 @@ def main() -> None:
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
-            _child(request)
+            become(request, lambda: _snakemake(request))  # noqa: B023 - runs now
         print(pid, flush=True)
         _, status, usage = os.wait4(pid, 0)
         cpu = usage.ru_utime + usage.ru_stime  # the child's and its waited children's
