@@ -124,9 +124,8 @@ def serve(path: str) -> None:
         ready = select.select([listener, 0, *children.values()], [], [], 0.2)[0]
         if 0 in ready and not os.read(0, 1024):
             break
-        for conn in [c for c in ready if isinstance(c, socket.socket) and c is not listener]:
-            pid = next(p for p, c in children.items() if c is conn)
-            if not conn.recv(1):  # the client is gone (killed): so is its job
+        for pid, conn in children.items():
+            if conn in ready and not conn.recv(1):  # the client is gone (killed): so is its job
                 os.kill(pid, signal.SIGTERM)
         if listener in ready:
             conn, _ = listener.accept()

@@ -205,8 +205,8 @@ def build_touched_run(work: Path) -> Path:
 
 # The reduced rehearsal (issue 18): the paper scale's structure on stand-ins, one Single train
 # set (NQ) and the Multi set of each paper (DPR's, which xMoCo shares, and DCSR's), DPR's
-# released checkpoints in both layouts, and DPR's NQ reader (Table 4). Built last: it fills the core that the tests reading the
-# finished runs (dry runs, one process) leave idle.
+# released checkpoints in both layouts, and DPR's NQ reader (Table 4). Built last: it fills
+# the core that the tests reading the finished runs (dry runs, one process) leave idle.
 REDUCED_REHEARSAL = {
     "scale": "rehearsal",
     "tables": {"datasets": ["nq"], "methods": ["dpr", "dcsr"]},

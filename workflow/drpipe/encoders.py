@@ -14,8 +14,9 @@ support and for CPUs with AMX or AVX512-BF16; autocast keeps fp32 master weights
 ``precision`` settings (forward-only passes: corpus and question encoding, reader inference):
 ``"fp32"``, ``"bf16"`` (autocast), ``"int8"`` (dynamic quantization, weights per output
 channel; CPU only; ONNX Runtime's, else PyTorch's: ``drpipe.quantize``) or ``"auto"``: on
-CUDA bf16 where supported, on a CPU the path ``AUTO_RULES`` names for its flags (the fastest that ``benchmarks/bench_encode.py``
-measured on that kind of CPU among the paths within the accuracy bound, ``AUTO_PATHS``).
+CUDA bf16 where supported, on a CPU the path ``AUTO_RULES`` names for its flags (the fastest
+that ``benchmarks/bench_encode.py`` measured on that kind of CPU among the paths within the
+accuracy bound, ``AUTO_PATHS``).
 ``resolve_precision`` says which path and why; every encoding report records both.
 """
 
