@@ -18,6 +18,9 @@ the encoding speed each run recorded. Procedure (the ``squad`` scale's DPR, as i
     python benchmarks/precision_accuracy.py compare dpr/squad squad-test \\
         fp32=prec/fp32 bf16=prec/bf16 int8=prec/int8
 
+int8 with 7-bit weights (what an x86 CPU without VNNI runs) is measured on any CPU with
+``CONFIG="encode='{precision: int8, int8_weight_bits: 7}'"`` and labelled ``int8-7bit``.
+
 The last line reads ``largest |top-20| / |top-100| change vs fp32: A / B (path)``.
 """
 
@@ -32,11 +35,14 @@ import numpy as np
 
 from drpipe.claim_stats import mcnemar_exact, paired_bootstrap
 from drpipe.claims import read_ranks
+from drpipe.tables.precision import report_precision
 
 REPO = Path(__file__).resolve().parents[1]
 
 KS = (1, 5, 20, 100)
 SEED = 20
+# Labels for paths whose recorded name (drpipe.tables.precision.report_precision) has spaces.
+LABELS = {"int8-7bit": "int8 (7-bit weights)"}
 
 
 def _files(run: str, questions: str) -> dict[str, str]:
@@ -81,9 +87,10 @@ def read_snapshot(folder: Path, label: str, run: str, questions: str) -> dict:
         raise SystemExit(f"error: {folder / files['shards']}: no encoding reports")
     reports = {"questions": _json(folder / files["questions"])}
     reports.update({str(p.relative_to(folder)): _json(p) for p in shards})
+    want = LABELS.get(label, label)
     for where, rep in reports.items():
-        ran = rep.get("precision")
-        if ran != label:
+        ran = report_precision(rep)
+        if ran != want:
             raise SystemExit(
                 f"error: {folder}: {where} report ran precision {ran!r}, labelled {label!r}"
             )

@@ -234,6 +234,64 @@ def test_int8_with_7_bit_weights_stays_within_the_cosine_bound(corpus, model, en
     assert cos.min() >= MIN_COS["int8"] and cos.mean() >= MEAN_COS["int8"], (cos.min(), cos.mean())
 
 
+@pytest.mark.parametrize("cpu", ["vnni", "avx2"])
+def test_int8_weight_bits_resolve_by_cpu_and_setting(cpu):
+    # auto: 7 where u8 x s8 products saturate (x86 without VNNI), 8 elsewhere; 7 or 8 as set.
+    for setting, bits in (("auto", 7 if cpu == "avx2" else 8), ("7", 7), (8, 8)):
+        got = resolve_precision("int8", "cpu", flags=FLAGS[cpu], int8_bits=setting)
+        assert got.int8_bits == bits
+        assert got.label == ("int8 (7-bit weights)" if bits == 7 else "int8")
+    # other paths carry no width, but a bad one is refused whatever the path
+    assert resolve_precision("fp32", "cpu", flags=FLAGS[cpu], int8_bits=7).int8_bits is None
+    with pytest.raises(ValueError, match="int8_weight_bits must be one of auto, 7, 8, not 6"):
+        resolve_precision("fp32", "cpu", int8_bits=6)
+
+
+def test_int8_backend_names_a_width_that_is_not_this_cpus(monkeypatch):
+    from drpipe import quantize
+
+    for native, bits, says in (
+        (False, 8, None),
+        (False, 7, "7-bit weights (as configured; this CPU has VNNI)"),
+        (True, 7, "7-bit weights (x86 without VNNI)"),
+        (True, 8, "8-bit weights (as configured; products can saturate on this CPU)"),
+    ):
+        monkeypatch.setattr(quantize, "reduce_range", lambda native=native: native)
+        name = quantize.int8_backend(bits)
+        assert name.startswith("onnxruntime ") and (says is None) == ("," not in name)
+        assert says is None or name.endswith(says), name
+
+
+def test_configured_7_bit_weights_compute_what_a_cpu_without_vnni_does(corpus, model, tmp_path,
+                                                                      monkeypatch):  # fmt: skip
+    """``int8_weight_bits: 7`` on this CPU gives exactly the vectors this CPU gives when it is
+    taken for one without VNNI (7 bits by ``auto``): one machine measures the other's accuracy.
+    Their reports and Table 2's precision say 7-bit apart from 8-bit int8."""
+    from drpipe import quantize
+    from drpipe.tables.precision import report_precision
+
+    model_dir, bi = model
+    cfg = {**ENC, "precision": "int8"}
+    paths = {k: tmp_path / f"{k}.npy" for k in ("seven", "eight", "native7")}
+    seven = encode_shard(model_dir, corpus / "passages.parquet", 0, 1, paths["seven"],
+                         {**cfg, "int8_weight_bits": 7}, model=bi)  # fmt: skip
+    eight = encode_shard(model_dir, corpus / "passages.parquet", 0, 1, paths["eight"],
+                         {**cfg, "int8_weight_bits": 8}, model=bi)  # fmt: skip
+    monkeypatch.setattr(quantize, "reduce_range", lambda: True)
+    native = encode_shard(model_dir, corpus / "passages.parquet", 0, 1, paths["native7"], cfg,
+                          model=bi)  # fmt: skip
+    a, b, c = (np.load(paths[k]) for k in ("seven", "eight", "native7"))
+    assert np.array_equal(a, c) and not np.array_equal(a, b)
+    assert "7-bit weights" in seven["precision_backend"]
+    assert "7-bit weights (x86 without VNNI)" in native["precision_backend"]
+    assert [report_precision(r) for r in (seven, eight, native)] == [
+        "int8 (7-bit weights)", "int8", "int8 (7-bit weights)",
+    ]  # fmt: skip
+    with pytest.raises(SystemExit, match="int8_weight_bits must be one of"):
+        encode_shard(model_dir, corpus / "passages.parquet", 0, 1, tmp_path / "x.npy",
+                     {**cfg, "int8_weight_bits": 6}, model=bi)  # fmt: skip
+
+
 def test_int8_quantizes_a_copy_and_leaves_the_model_alone(model, monkeypatch):
     from torch.ao.nn.quantized.dynamic import Linear as QLinear
 

@@ -23,8 +23,10 @@ def _module():
     return mod
 
 
-def _results(root: Path, precision: str, ranks: list[float], training: str = "t") -> Path:
+def _results(root: Path, precision: str, ranks: list[float], training: str = "t",
+             backend: str | None = None) -> Path:  # fmt: skip
     """A results folder holding what the comparison reads, as the workflow writes it."""
+    more = {"precision_backend": backend} if backend else {}
     (root / "metrics/dpr/squad").mkdir(parents=True)
     (root / "embeddings/dpr/squad").mkdir(parents=True)
     (root / "qvecs/dpr/squad").mkdir(parents=True)
@@ -38,10 +40,11 @@ def _results(root: Path, precision: str, ranks: list[float], training: str = "t"
             "precision": precision,
             "seconds": 10.0,
             "n_encoded": 100 if precision == "fp32" else 250,
+            **more,
         }
         (root / f"embeddings/dpr/squad/shard-{shard}.report.json").write_text(json.dumps(rep))
     (root / "qvecs/dpr/squad/squad-test.report.json").write_text(
-        json.dumps({"precision": precision, "seconds": 1.0})
+        json.dumps({"precision": precision, "seconds": 1.0, **more})
     )
     return root
 
@@ -84,3 +87,17 @@ def test_compare_refuses_mislabelled_or_other_training(tmp_path: Path) -> None:
         mod.compare(snaps, RUN, QUESTIONS, resamples=50)
     with pytest.raises(SystemExit, match="not found"):
         mod.snapshot(tmp_path / "missing", RUN, QUESTIONS, tmp_path / "snap")
+
+
+def test_int8_with_7_bit_weights_is_its_own_label(tmp_path: Path) -> None:
+    # 7-bit int8 (an x86 CPU without VNNI, or int8_weight_bits: 7) is labelled int8-7bit and
+    # is not taken for 8-bit int8, nor 8-bit for it.
+    mod = _module()
+    seven = "onnxruntime 1.20.1, 7-bit weights (as configured; this CPU has VNNI)"
+    _results(tmp_path / "a", "int8", [1, 2], backend=seven)
+    _results(tmp_path / "b", "int8", [1, 2], backend="onnxruntime 1.20.1")
+    assert mod.read_snapshot(tmp_path / "a", "int8-7bit", RUN, QUESTIONS)["n_passages"] == 500
+    with pytest.raises(SystemExit, match="ran precision 'int8 .7-bit weights.', labelled 'int8'"):
+        mod.read_snapshot(tmp_path / "a", "int8", RUN, QUESTIONS)
+    with pytest.raises(SystemExit, match="ran precision 'int8', labelled 'int8-7bit'"):
+        mod.read_snapshot(tmp_path / "b", "int8-7bit", RUN, QUESTIONS)

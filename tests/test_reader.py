@@ -336,23 +336,29 @@ def test_a_sample_of_questions_is_scored_and_read_the_same_way(files, tmp_path, 
                  "--cfg", json.dumps({"k": 2, "sample": 3, "seed": 6})]) == 2  # fmt: skip
 
 
-@pytest.mark.parametrize("precision", ["bf16", "int8"])
+@pytest.mark.parametrize(
+    ("precision", "bits", "label"),
+    [("bf16", "auto", "bf16"), ("int8", 8, "int8"), ("int8", 7, "int8 (7-bit weights)")],
+)
 def test_scoring_precision_paths_record_themselves_and_agree_with_fp32(
-    files, tmp_path, reader, precision
+    files, tmp_path, reader, precision, bits, label
 ):
-    # reader.precision (as encode.precision): each path scores every pair, the scores file
-    # and the report say which path ran, and its selection scores track fp32's.
+    # reader.precision (as encode.precision; int8's weight width as reader.int8_weight_bits):
+    # each path scores every pair, the scores file and the report say which path ran, and its
+    # selection scores track fp32's.
     reader.save(tmp_path / "reader")
     out = {}
-    for p in ("fp32", precision):
+    for p, b, want in (("fp32", "auto", "fp32"), (precision, bits, label)):
+        cfg = {"depth": 2, "precision": p, "int8_weight_bits": b}
         assert main(["reader", "score", "--reader", str(tmp_path / "reader"),
                      "--questions", str(files["questions"]), "--passages", str(files["passages"]),
                      "--runs", str(files["run"]), "--out", str(tmp_path / f"{p}.parquet"),
                      "--report", str(tmp_path / f"{p}.json"),
-                     "--cfg", json.dumps({"depth": 2, "precision": p})]) == 0  # fmt: skip
+                     "--cfg", json.dumps(cfg)]) == 0  # fmt: skip
         rep = json.loads((tmp_path / f"{p}.json").read_text())
         assert (rep["precision"], rep["precision_setting"]) == (p, p)
-        assert scores_precision(tmp_path / f"{p}.parquet") == p
+        assert ("7-bit weights" in rep.get("precision_backend", "")) == (want != p)
+        assert scores_precision(tmp_path / f"{p}.parquet") == want
         out[p] = read_scores(tmp_path / f"{p}.parquet")[0]
     assert out[precision].keys() == out["fp32"].keys()
     a = np.array([out["fp32"][k]["select"] for k in sorted(out["fp32"])])
@@ -375,6 +381,13 @@ def test_int8_scoring_is_refused_on_a_gpu_before_anything_is_read(files, tmp_pat
     msg = str(exc.value)
     assert "cfg.precision" in msg and "int8" in msg and "CPUs only" in msg and "cuda:0" in msg
     assert not (tmp_path / "s.parquet").exists()
+    # a bad int8 weight width is named the same way, before anything is read
+    monkeypatch.undo()
+    with pytest.raises(SystemExit, match="cfg.int8_weight_bits: int8_weight_bits must be one of"):
+        main(["reader", "score", "--reader", str(tmp_path / "no-reader"),
+              "--questions", str(files["questions"]), "--passages", str(files["passages"]),
+              "--runs", str(files["run"]), "--out", str(tmp_path / "s.parquet"),
+              "--cfg", json.dumps({"depth": 2, "precision": "int8", "int8_weight_bits": 4})])  # fmt: skip
 
 
 def test_warm_start_data_reads_only_train_articles_outside_the_corpus(data_mirror, tmp_path):

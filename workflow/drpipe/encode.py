@@ -18,6 +18,7 @@ Batch and block sizes change no vector (checked by a test) and are passed outsid
 
 ``precision`` (fp32 | bf16 | int8 | auto, ``drpipe.encoders.resolve_precision``): the path of
 the forward pass; the path that ran, the setting and why are in every report.
+``int8_weight_bits`` (auto | 7 | 8, ``drpipe.quantize.weight_bits``): the int8 path's weights.
 """
 
 from __future__ import annotations
@@ -46,11 +47,17 @@ log = logging.getLogger(__name__)
 DEFAULT_CFG: dict[str, Any] = {
     "batch_size": 64,
     "precision": "auto",
+    "int8_weight_bits": "auto",
     "dtype": "float32",
     "block_size": 4096,
     "threads": None,
 }
-DEFAULT_QUERY_CFG: dict[str, Any] = {"batch_size": 128, "precision": "auto", "threads": None}
+DEFAULT_QUERY_CFG: dict[str, Any] = {
+    "batch_size": 128,
+    "precision": "auto",
+    "int8_weight_bits": "auto",
+    "threads": None,
+}
 DTYPES = {"float32": np.float32, "float16": np.float16}
 RUNTIME = ("batch_size", "block_size")  # change no vector
 
@@ -66,12 +73,17 @@ def merged_cfg(cfg: dict[str, Any], defaults: dict[str, Any] = DEFAULT_CFG) -> d
     unknown = set(cfg) - set(defaults)
     if unknown:
         raise SystemExit(f"error: --cfg has unknown keys {sorted(unknown)}")
-    from drpipe.encoders import PRECISION_SETTINGS  # lazy: imports torch (see encode_shard)
+    # lazy: import torch (see encode_shard)
+    from drpipe.encoders import PRECISION_SETTINGS
+    from drpipe.quantize import WEIGHT_BITS
 
     out = {**defaults, **cfg}
     if str(out["precision"]).lower() not in PRECISION_SETTINGS:
         raise SystemExit(f"error: --cfg.precision must be one of {list(PRECISION_SETTINGS)}, "
                          f"not {out['precision']!r}")  # fmt: skip
+    if str(out["int8_weight_bits"]).lower() not in {str(b) for b in WEIGHT_BITS}:
+        raise SystemExit(f"error: --cfg.int8_weight_bits must be one of {list(WEIGHT_BITS)}, "
+                         f"not {out['int8_weight_bits']!r}")  # fmt: skip
     if "dtype" in out and out["dtype"] not in DTYPES:
         raise SystemExit(
             f"error: --cfg.dtype must be one of {sorted(DTYPES)}, not {out['dtype']!r}"
@@ -201,8 +213,8 @@ def encode_shard(
     if method.corpus_units == "sentences" and sentences is None:
         raise SystemExit(f"error: method {method.name} encodes sentences: give --sentences")
     device = select_device()
-    precision = resolve_precision(cfg["precision"], device)
-    model = model.for_inference(precision.path)
+    precision = resolve_precision(cfg["precision"], device, int8_bits=cfg["int8_weight_bits"])
+    model = model.for_inference(precision.path, precision.int8_bits)
     settings = EncodeSettings(
         batch_size=int(cfg["batch_size"]), bf16=precision.path == "bf16", device=device
     )
@@ -291,8 +303,8 @@ def encode_queries(
     qids = np.array([str(q["qid"]) for q in rows])
     model = model if model is not None else BiEncoder.load(model_dir)
     device = select_device()
-    precision = resolve_precision(cfg["precision"], device)
-    model = model.for_inference(precision.path)
+    precision = resolve_precision(cfg["precision"], device, int8_bits=cfg["int8_weight_bits"])
+    model = model.for_inference(precision.path, precision.int8_bits)
     t0 = time.perf_counter()
     vecs = encode_texts(
         model.query.to(device), model.tokenizer, [q["question"] for q in rows],

@@ -38,7 +38,7 @@ from torch import nn
 
 from drpipe.errors import InputError
 from drpipe.io import progress
-from drpipe.quantize import has_onnxruntime, int8_backend, quantize_int8
+from drpipe.quantize import has_onnxruntime, int8_backend, quantize_int8, weight_bits
 
 log = logging.getLogger(__name__)
 
@@ -146,12 +146,19 @@ class Precision:
     path: str
     setting: str
     reason: str
+    int8_bits: int | None = None  # ONNX Runtime's weight width, on the int8 path only
+
+    @property
+    def label(self) -> str:
+        """The path as a table column says it: int8 with 7-bit weights is named apart."""
+        seven = self.path == "int8" and self.int8_bits == 7 and has_onnxruntime()
+        return "int8 (7-bit weights)" if seven else self.path
 
     def report(self) -> dict[str, str]:
         out = {"precision": self.path, "precision_setting": self.setting,
                "precision_reason": self.reason}  # fmt: skip
         if self.path == "int8":  # which implementation's numbers these are
-            out["precision_backend"] = int8_backend()
+            out["precision_backend"] = int8_backend(self.int8_bits)
         return out
 
 
@@ -160,6 +167,7 @@ def resolve_precision(
     device: torch.device | str,
     flags: Iterable[str] | None = None,
     allowed: Sequence[str] = AUTO_PATHS,
+    int8_bits: str | int = "auto",
 ) -> Precision:
     """The forward-pass path for ``setting`` (fp32 | bf16 | int8 | auto) on ``device``.
 
@@ -167,7 +175,8 @@ def resolve_precision(
     them). ``allowed``: the paths ``auto`` may pick (those measured within the accuracy bound
     for this pass). int8 is dynamic quantization, which runs on CPUs only: asking for it on a
     GPU is an error; ``auto`` never picks it there, nor where ONNX Runtime is not installed
-    (PyTorch's int8 is outside the bound).
+    (PyTorch's int8 is outside the bound). ``int8_bits``: the int8 path's weight width
+    (``drpipe.quantize.weight_bits``), checked whatever the path.
     """
     device = torch.device(device)
     setting = str(setting).lower()
@@ -177,8 +186,9 @@ def resolve_precision(
     if setting == "int8" and device.type != "cpu":
         raise ValueError(f"precision int8 (dynamic quantization) runs on CPUs only, not on "
                          f"{device}: use bf16 or fp32 there")  # fmt: skip
+    bits = weight_bits(int8_bits, None if flags is None else frozenset(flags))
     if setting != "auto":
-        return Precision(setting, setting, "as configured")
+        return Precision(setting, setting, "as configured", bits if setting == "int8" else None)
     if device.type == "cuda":
         ok = torch.cuda.is_bf16_supported()
         return Precision("bf16" if ok else "fp32", setting,
@@ -188,7 +198,8 @@ def resolve_precision(
     path = next((p for p in ranked if p in allowed and (p != "int8" or has_onnxruntime())),
                 "fp32")  # fmt: skip
     named = ", ".join(sorted(f for f in flags if f in {f for r in AUTO_RULES for f in r[1]}))
-    return Precision(path, setting, f"auto on a CPU of kind {kind} (flags: {named or 'none'})")
+    return Precision(path, setting, f"auto on a CPU of kind {kind} (flags: {named or 'none'})",
+                     bits if path == "int8" else None)  # fmt: skip
 
 
 def use_bf16(setting: str | bool, device: torch.device | str) -> bool:
@@ -430,13 +441,13 @@ class BiEncoder(nn.Module):
         model.method = meta.get("method") or model.method
         return model
 
-    def for_inference(self, precision: str) -> BiEncoder:
+    def for_inference(self, precision: str, int8_bits: int | None = None) -> BiEncoder:
         """This model as a forward pass of ``precision`` runs it: itself for fp32 and bf16
         (autocast is applied around the pass), an int8-quantized copy for int8 (ties kept;
-        this model is left as it is)."""
+        this model is left as it is; ``int8_bits`` as ``drpipe.quantize.quantize_int8``)."""
         if precision != "int8":
             return self
-        return self.with_models(lambda model: quantize_int8(model, HIDDEN))
+        return self.with_models(lambda model: quantize_int8(model, HIDDEN, int8_bits))
 
     def with_models(self, convert: Callable[[nn.Module], nn.Module]) -> BiEncoder:
         """A copy whose encoders run ``convert`` of their Hugging Face models (ties kept)."""

@@ -70,6 +70,16 @@ def cfg_json(obj):
     return json.dumps(obj, sort_keys=True)
 
 
+def precision_cfg(section):
+    """A forward pass's precision keys from a config section (encode, reader): int8's weight
+    width only where it is asked for, so that it reruns no fp32, bf16 or auto pass (`auto`
+    never picks int8 for these: drpipe.encoders.AUTO_PATHS)."""
+    out = {"precision": section["precision"]}
+    if str(section["precision"]).lower() == "int8":
+        out["int8_weight_bits"] = section["int8_weight_bits"]
+    return out
+
+
 _CODE_HASHES = {}
 
 

@@ -26,9 +26,7 @@ rule encode:
         sentences=lambda w, input: (
             f"--sentences {input.sentences}" if "sentences" in input.keys() else ""
         ),
-        cfg=cfg_json(
-            {"dtype": C["encode"]["dtype"], "precision": C["encode"]["precision"]}
-        ),
+        cfg=cfg_json({"dtype": C["encode"]["dtype"], **precision_cfg(C["encode"])}),
         opts=runtime(
             lambda w: options(
                 {k: C["encode"][k] for k in ("batch_size", "block_size")}
@@ -62,7 +60,7 @@ rule encode_queries:
     resources:
         gpu=lambda w: gpus(1),
     params:
-        cfg=cfg_json({"precision": C["encode"]["precision"]}),
+        cfg=cfg_json(precision_cfg(C["encode"])),
         opts=runtime(lambda w: options({"batch_size": C["retrieve"]["batch_size"]})),
         code=lambda w: method_code(w.run, "drpipe.encode"),
     shell:

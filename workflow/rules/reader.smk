@@ -84,7 +84,7 @@ rule reader_score:
         cfg=lambda w: cfg_json(
             {
                 "depth": max(RC["ks"]),
-                "precision": RC["precision"],
+                **precision_cfg(RC),
                 **reader_sample(w.split),
             }
         ),

@@ -103,10 +103,12 @@ def _score(args: argparse.Namespace) -> int:
         torch.set_num_threads(int(cfg["threads"]))
     device = select_device()
     # Before anything is read: a precision this device cannot run (int8 on a GPU) stops here.
+    bits = cfg.get("int8_weight_bits", "auto")
     try:
-        resolved = resolve_precision(cfg.get("precision", "auto"), device)
+        resolved = resolve_precision(cfg.get("precision", "auto"), device, int8_bits=bits)
     except ValueError as exc:
-        raise SystemExit(f"error: drpipe reader score: cfg.precision: {exc}") from None
+        key = "int8_weight_bits" if str(exc).startswith("int8_weight_bits") else "precision"
+        raise SystemExit(f"error: drpipe reader score: cfg.{key}: {exc}") from None
     from drpipe.reader.settings import sample_questions
 
     everyone = read_questions(args.questions)
@@ -131,7 +133,7 @@ def _score(args: argparse.Namespace) -> int:
     except KeyError as exc:
         raise InputError(args.runs[0], None, f"runs refer to unknown passages: {exc}") from None
     # int8 is a quantized copy for the CPU; other paths run the reader on the device.
-    reader = reader.int8() if resolved.path == "int8" else reader.to(device)
+    reader = reader.int8(resolved.int8_bits) if resolved.path == "int8" else reader.to(device)
     t_score = time.perf_counter()
     rows = score_pairs(
         reader, todo, qmap, passages, batch_size=int(cfg.get("eval_batch_size") or 32),
@@ -139,7 +141,7 @@ def _score(args: argparse.Namespace) -> int:
     )  # fmt: skip
     score_seconds = time.perf_counter() - t_score
     new = {(r["qid"], r["pid"]): r for r in rows}
-    precision = resolved.path
+    precision = resolved.label
     if cached_precision and len(todo) < len(pairs) and cached_precision != precision:
         precision = "mixed"
     write_scores(args.out, [new.get(p) or cached[p] for p in pairs], identity, precision)

@@ -65,9 +65,11 @@ class Reader(nn.Module):
     def meta(self) -> dict[str, Any]:
         return {"limits": self.limits, "init": self.init}
 
-    def int8(self) -> Reader:
-        """An int8 copy for scoring on a CPU (``drpipe.quantize``); this reader is left alone."""
-        model = quantize_int8(self.model, ("start_logits", "end_logits", "relevance_logits"))
+    def int8(self, bits: int | None = None) -> Reader:
+        """An int8 copy for scoring on a CPU (``drpipe.quantize``; ``bits`` its weight width,
+        default this CPU's); this reader is left alone."""
+        outputs = ("start_logits", "end_logits", "relevance_logits")
+        model = quantize_int8(self.model, outputs, bits)
         return Reader(model, self.tokenizer, self.limits, self.init)
 
     def save(self, directory: str | Path) -> None:

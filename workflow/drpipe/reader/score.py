@@ -41,7 +41,8 @@ SCORE_SCHEMA = pa.schema(
     ]
 )
 IDENTITY_KEY = b"drpipe_reader_identity"
-PRECISION_KEY = b"drpipe_reader_precision"  # "bf16" or "fp32": what the scores were computed in
+# what the scores were computed in: "fp32", "bf16", "int8" or "int8 (7-bit weights)"
+PRECISION_KEY = b"drpipe_reader_precision"
 Pair = tuple[str, int]
 
 
