@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from drpipe.audit.staleness import parse_dry_run
-from drpipe.estimate import estimate_jobs, render, summarise
+from drpipe.estimate import estimate_jobs, render, summarise, whole_job_seconds
 
 TRAIN_JOB = """
 [Tue Nov 24 19:39:01 2026]
@@ -77,6 +77,30 @@ def test_planned_jobs_are_timed_by_their_own_file_else_their_method_or_rule_medi
     assert summarise(est, cores=4)["wall_seconds"] == 2475.0
     page = render(summary, ["results/table2.csv"], tmp_path, "snakemake -n")
     assert "| train | 3 | 1 | 1 | 1 | 0 | 4950 |" in page and "1 unmeasured" in page
+
+
+def test_a_resumed_training_is_timed_as_the_whole_training(tmp_path):
+    # Snakemake's benchmark file times a resumed job's last attempt only (xMoCo at squad: 538 s
+    # for steps 150-274 of 274): its report's steps scale it back, as the same job's time and
+    # in its method's median; a training that ran through, or has no report, is read as it is.
+    _bench(tmp_path, "train/dpr/squad.tsv", 1000.0)
+    _bench(tmp_path, "train/xmoco/squad.tsv", 500.0)
+    _bench(tmp_path, "reader_train/bm25/none/squad.tsv", 300.0)
+    reports = {"results/models/xmoco/squad": {"steps": 250, "resumed_from_step": 150},
+               "results/models/dpr/squad": {"steps": 250, "resumed_from_step": None},
+               "results/readers/bm25/none/squad": {"steps": 40, "resumed_from_step": 30}}  # fmt: skip
+    for stem, rep in reports.items():
+        (tmp_path / stem).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f"{stem}.report.json").write_text(json.dumps(rep))
+    est = estimate_jobs(parse_dry_run(PLAN), tmp_path)
+    assert [(e["basis"], e["seconds"]) for e in est[:3]] == [
+        ("same job", 1000.0),
+        ("rule median", 1125.0),  # the median of 1000 and xMoCo's 500 x 250 / 100
+        ("method median", 1250.0),
+    ]
+    assert whole_job_seconds(tmp_path, Path("reader_train/bm25/none/squad.tsv"), 300.0) == 1200.0
+    assert whole_job_seconds(tmp_path, Path("train/dcsr/squad.tsv"), 7.0) == 7.0  # no report
+    assert whole_job_seconds(tmp_path, Path("evaluate/dpr/squad/x.tsv"), 7.0) == 7.0
 
 
 def test_single_thread_jobs_share_the_cores(tmp_path):

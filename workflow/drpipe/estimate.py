@@ -5,7 +5,9 @@ timed by that file (the same job, measured); any other job by the median of the 
 jobs of its rule and method (the run's name before its variant: ``xmoco.f2_q32`` is timed by
 xMoCo's trainings, which are slower than DPR's), else of its rule (a rule's jobs still differ in
 size: a Table 3 scheme with more negatives trains longer than the median says); a rule the
-reference never ran is listed as unmeasured, never guessed."""
+reference never ran is listed as unmeasured, never guessed. A training resumed from a
+checkpoint has a benchmark file of its last attempt only: its report's steps scale that back to
+the whole training (``whole_job_seconds``)."""
 
 from __future__ import annotations
 
@@ -20,18 +22,40 @@ from typing import Any
 
 from drpipe.audit.staleness import dry_run, parse_dry_run, snakemake_command
 from drpipe.audit.timings import read_benchmark
-from drpipe.io import write_json
+from drpipe.io import read_json, write_json
 from drpipe.tables.output import write_text
 
 log = logging.getLogger(__name__)
 
 BENCH_ROOT = Path("results/benchmarks/rules")
+# Rules whose jobs resume from checkpoints, and the folder of their reports: a job's report is
+# its benchmark file's path under the rule's folder, there, ending in .report.json (the rules'
+# outputs: train/dpr/squad.tsv -> results/models/dpr/squad.report.json).
+RESUMABLE = {"train": Path("results/models"), "reader_train": Path("results/readers")}
 
 
 def _method(rel: Path) -> str | None:
     """The method of a benchmark file under ``<rule>/``: its run folder's name before the
     variant (``train/xmoco.f2_q32/squad.tsv`` -> ``xmoco``); None for a file directly there."""
     return rel.parts[1].split(".")[0] if len(rel.parts) > 2 else None
+
+
+def whole_job_seconds(reference: Path, rel: Path, seconds: float) -> float:
+    """``seconds`` of the benchmark file ``rel`` (under ``BENCH_ROOT``) as the whole job's: a
+    training that resumed at step s of n timed only its last n - s steps, so it is scaled by
+    n / (n - s) (start-up and validation scale with it: an approximation)."""
+    root = RESUMABLE.get(rel.parts[0])
+    if root is None or len(rel.parts) < 2:
+        return seconds
+    report = reference / root / Path(*rel.parts[1:]).with_suffix(".report.json")
+    try:
+        rep = read_json(report)
+    except (OSError, ValueError):
+        return seconds
+    start, steps = rep.get("resumed_from_step"), rep.get("steps")
+    if not isinstance(start, int) or not isinstance(steps, int) or not 0 < start < steps:
+        return seconds
+    return seconds * steps / (steps - start)
 
 
 def rule_times(reference: Path) -> dict[tuple[str, str | None], list[float]]:
@@ -43,9 +67,10 @@ def rule_times(reference: Path) -> dict[tuple[str, str | None], list[float]]:
         timing = read_benchmark(tsv)
         if timing and timing["seconds"] is not None:
             rel = tsv.relative_to(root)
-            out[(rel.parts[0], None)].append(timing["seconds"])
+            seconds = whole_job_seconds(reference, rel, timing["seconds"])
+            out[(rel.parts[0], None)].append(seconds)
             if (method := _method(rel)) is not None:
-                out[(rel.parts[0], method)].append(timing["seconds"])
+                out[(rel.parts[0], method)].append(seconds)
     return dict(out)
 
 
@@ -60,7 +85,9 @@ def estimate_jobs(jobs: list[dict[str, Any]], reference: Path) -> list[dict[str,
         inside = bench is not None and Path(bench).is_relative_to(BENCH_ROOT)
         method = _method(Path(bench).relative_to(BENCH_ROOT)) if inside else None
         if timing and timing["seconds"] is not None:
-            basis, seconds = "same job", timing["seconds"]
+            basis = "same job"
+            seconds = whole_job_seconds(reference, Path(bench).relative_to(BENCH_ROOT),
+                                        timing["seconds"]) if inside else timing["seconds"]  # fmt: skip
         elif method is not None and (job["rule"], method) in medians:
             basis, seconds = "method median", medians[(job["rule"], method)]
         elif (job["rule"], None) in medians:
