@@ -388,6 +388,23 @@ def test_make_targets_reach_snakemake_as_targets(make_target, scale, target, tmp
     }  # fmt: skip
 
 
+def test_nested_config_values_on_the_command_line_are_typed_as_yaml() -> None:
+    # Snakemake reads a nested --config value with YAML's BaseLoader: every scalar text. A
+    # number or boolean there reaches the config as the number (encode.shards: '2' was refused
+    # as text, and int8_weight_bits: '8' was not one of 7, 8); text stays text.
+    from snakemake.cli import parse_config
+
+    given = parse_config(["scale=squad", "encode={shards: 2, precision: int8, int8_weight_bits: 7}",
+                          "reader={bf16: off, ks: [1, 2], sample: null}", "seed=7"])  # fmt: skip
+    assert given["encode"] == {"shards": "2", "precision": "int8", "int8_weight_bits": "7"}
+    cfg = resolve(RAW, SCHEMA, given)
+    assert (cfg["encode"]["shards"], cfg["encode"]["int8_weight_bits"], cfg["seed"]) == (2, 7, 7)
+    assert cfg["encode"]["precision"] == "int8" and cfg["scale"] == "squad"
+    assert (cfg["reader"]["bf16"], cfg["reader"]["ks"], cfg["reader"]["sample"]) == (
+        False, [1, 2], None,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("how", ["environment", "command line"])
 def test_make_exports_the_mirror_absolute(how: str) -> None:
     # `make rehearse` runs in --directory rehearsal/, where ../shared/data is another folder.

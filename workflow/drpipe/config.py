@@ -159,6 +159,24 @@ def scale_overlay(scales: dict[str, Any], name: str) -> dict:
     return overlay
 
 
+def typed_overrides(value: Any) -> Any:
+    """``snakemake --config`` values as YAML types. Snakemake reads a nested value
+    (``encode='{shards: 2}'``) with YAML's BaseLoader, which keeps every scalar as text, so each
+    text scalar is read again as YAML reads it in a config file (``2`` -> 2, ``true`` -> True,
+    ``null`` -> None); any other text stays text."""
+    if isinstance(value, dict):
+        return {k: typed_overrides(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [typed_overrides(v) for v in value]
+    if isinstance(value, str):
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        return parsed if parsed is None or isinstance(parsed, (bool, int, float)) else value
+    return value
+
+
 def resolve(
     raw: dict,
     schema: dict,
@@ -167,8 +185,9 @@ def resolve(
 ) -> dict:
     """The chosen scale's config: ``raw`` defaults, then the scale's overlay, then the user's
     ``--configfile`` contents (``user_files``, in order), then command-line ``overrides``
-    (``snakemake --config key=value``). Every scale is validated; returns the chosen one."""
-    overrides = dict(overrides or {})
+    (``snakemake --config key=value``, typed as YAML: ``typed_overrides``). Every scale is
+    validated; returns the chosen one."""
+    overrides = typed_overrides(dict(overrides or {}))
     user = {}
     for extra in user_files or []:
         user = deep_merge(user, extra or {})
