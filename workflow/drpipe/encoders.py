@@ -94,8 +94,8 @@ AUTO_PATHS = ("bf16", "fp32")
 # /proc/cpuinfo flags, the paths by measured speed, fastest first). Measured with MiniLM on
 # real passages (docs: ENVIRONMENT.md; benchmarks/bench_encode.py prints the figures of the
 # machine it runs on and whether this table's choice is that machine's best). int8 is ranked
-# only where it was measured, on CPUs with VNNI: without it, ONNX Runtime's u8 x s8 products
-# can saturate, and its accuracy there is not what was measured.
+# only where its speed was measured, on CPUs with VNNI: without it ONNX Runtime runs 7-bit
+# weights (squad: top-100 -0.16, significant; docs/measured.md) at a speed not measured.
 AUTO_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("amx", ("amx_bf16",), ("bf16", "fp32")),  # bf16 autocast 2.5x fp32; int8 not measured
     # bench_encode, quiet AMD EPYC (avx512_bf16, avx512_vnni): over the plain fp32 loop, int8
