@@ -35,6 +35,7 @@ MODULES = [
     "drpipe.provenance",
     "drpipe.summary",
     "drpipe.claims",
+    "drpipe.claims_agreement",
     "drpipe.audit",
     "drpipe.estimate",
 ]
