@@ -19,7 +19,7 @@ import pandas as pd
 
 from drpipe.errors import InputError
 from drpipe.io import atomic_path
-from drpipe.tables.output import write_text
+from drpipe.tables.output import md_table, write_text
 
 NEEDED = ("id", "verdict", "diff", "ci_low", "ci_high", "p_holm")
 NOT_TESTED = "not tested"
@@ -76,25 +76,23 @@ def _num(value: object) -> float | None:
     return None if math.isnan(out) else out
 
 
+def _cell(row: pd.Series, label: str) -> str:
+    """One run's verdict with its difference, interval and Holm p where it was tested."""
+    text = str(row[f"{label}_verdict"])
+    diff, holm = row[f"{label}_diff"], row[f"{label}_p_holm"]
+    if diff is None or pd.isna(diff):
+        return text
+    text += f" ({diff:+.2f} {row[f'{label}_ci'] or ''}"
+    return text + (f"; Holm p {holm:.2g})" if holm is not None and not pd.isna(holm) else ")")
+
+
 def render(frame: pd.DataFrame, labels: list[str]) -> str:
-    head = ["claim", *(f"{label}" for label in labels), "agreement"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, row in frame.iterrows():
-        cells = [str(row["id"])]
-        for label in labels:
-            diff = row[f"{label}_diff"]
-            text = str(row[f"{label}_verdict"])
-            if diff is not None and not pd.isna(diff):
-                holm = row[f"{label}_p_holm"]
-                text += f" ({diff:+.2f} {row[f'{label}_ci'] or ''}"
-                text += f"; Holm p {holm:.2g})" if holm is not None and not pd.isna(holm) else ")"
-            cells.append(text)
-        cells.append(str(row["agreement"]))
-        lines.append("| " + " | ".join(cells) + " |")
+    rows = [[row["id"], *(_cell(row, label) for label in labels), row["agreement"]]
+            for _, row in frame.iterrows()]  # fmt: skip
     counts = frame["agreement"].value_counts().to_dict()
     summary = ", ".join(f"{k}: {counts[k]}" for k in ("agree", "differ", "not comparable",
                                                        NOT_TESTED) if k in counts)  # fmt: skip
-    return "\n".join(lines) + f"\n\n{summary}\n"
+    return md_table(["claim", *labels, "agreement"], rows) + f"\n\n{summary}\n"
 
 
 def _cmd(args: argparse.Namespace) -> int:

@@ -150,9 +150,11 @@ class Precision:
 
     @property
     def label(self) -> str:
-        """The path as a table column says it: int8 with 7-bit weights is named apart."""
-        seven = self.path == "int8" and self.int8_bits == 7 and has_onnxruntime()
-        return "int8 (7-bit weights)" if seven else self.path
+        """The path as a table column says it (int8 with 7-bit weights apart): what its report
+        says, read as the tables read reports."""
+        from drpipe.tables.precision import report_precision
+
+        return report_precision(self.report())
 
     def report(self) -> dict[str, str]:
         out = {"precision": self.path, "precision_setting": self.setting,

@@ -58,36 +58,46 @@ def whole_job_seconds(reference: Path, rel: Path, seconds: float) -> float:
     return seconds * steps / (steps - start)
 
 
-def rule_times(reference: Path) -> dict[tuple[str, str | None], list[float]]:
-    """Wall seconds of every benchmarked job of the reference run, per (rule, method) and per
-    (rule, None) for the whole rule."""
-    out: dict[tuple[str, str | None], list[float]] = defaultdict(list)
+def job_times(reference: Path) -> dict[Path, float]:
+    """Wall seconds of every benchmarked job of the reference run (a resumed training as the
+    whole training), by its benchmark file relative to ``BENCH_ROOT``."""
+    out: dict[Path, float] = {}
     root = reference / BENCH_ROOT
     for tsv in sorted(root.rglob("*.tsv")) if root.is_dir() else []:
         timing = read_benchmark(tsv)
         if timing and timing["seconds"] is not None:
             rel = tsv.relative_to(root)
-            seconds = whole_job_seconds(reference, rel, timing["seconds"])
-            out[(rel.parts[0], None)].append(seconds)
-            if (method := _method(rel)) is not None:
-                out[(rel.parts[0], method)].append(seconds)
+            out[rel] = whole_job_seconds(reference, rel, timing["seconds"])
+    return out
+
+
+def rule_times(times: dict[Path, float]) -> dict[tuple[str, str | None], list[float]]:
+    """``job_times`` per (rule, method) and per (rule, None) for the whole rule."""
+    out: dict[tuple[str, str | None], list[float]] = defaultdict(list)
+    for rel, seconds in times.items():
+        out[(rel.parts[0], None)].append(seconds)
+        if (method := _method(rel)) is not None:
+            out[(rel.parts[0], method)].append(seconds)
     return dict(out)
 
 
 def estimate_jobs(jobs: list[dict[str, Any]], reference: Path) -> list[dict[str, Any]]:
     """Each planned job with its seconds and where they come from (``same job``, ``method
     median``, ``rule median``, or ``unmeasured`` with no seconds)."""
-    medians = {key: statistics.median(t) for key, t in rule_times(reference).items()}
+    times = job_times(reference)
+    medians = {key: statistics.median(t) for key, t in rule_times(times).items()}
     out = []
     for job in jobs:
         bench = job.get("benchmark")
-        timing = read_benchmark(reference / bench) if bench else None
         inside = bench is not None and Path(bench).is_relative_to(BENCH_ROOT)
-        method = _method(Path(bench).relative_to(BENCH_ROOT)) if inside else None
-        if timing and timing["seconds"] is not None:
-            basis = "same job"
-            seconds = whole_job_seconds(reference, Path(bench).relative_to(BENCH_ROOT),
-                                        timing["seconds"]) if inside else timing["seconds"]  # fmt: skip
+        rel = Path(bench).relative_to(BENCH_ROOT) if inside else None
+        method = _method(rel) if rel is not None else None
+        # a benchmark file outside BENCH_ROOT is no rule's median: read it on its own
+        timing = read_benchmark(reference / bench) if bench and not inside else None
+        if rel in times:
+            basis, seconds = "same job", times[rel]
+        elif timing and timing["seconds"] is not None:
+            basis, seconds = "same job", timing["seconds"]
         elif method is not None and (job["rule"], method) in medians:
             basis, seconds = "method median", medians[(job["rule"], method)]
         elif (job["rule"], None) in medians:
