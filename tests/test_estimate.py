@@ -10,7 +10,14 @@ import textwrap
 from pathlib import Path
 
 from drpipe.audit.staleness import parse_dry_run
-from drpipe.estimate import estimate_jobs, render, summarise, whole_job_seconds
+from drpipe.estimate import (
+    estimate_jobs,
+    job_times,
+    render,
+    summarise,
+    unpaused_seconds,
+    whole_job_seconds,
+)
 
 TRAIN_JOB = """
 [Tue Nov 24 19:39:01 2026]
@@ -70,13 +77,14 @@ def test_planned_jobs_are_timed_by_their_own_file_else_their_method_or_rule_medi
     assert summary["unmeasured_jobs"] == 1
     # two-thread jobs fill both cores: wall = serial here
     assert summary["wall_seconds"] == 4950.0
-    assert summary["by_rule"]["train"] == {"jobs": 3, "same job": 1, "method median": 1,
+    assert summary["by_rule"]["train"] == {"jobs": 3, "same job": 1, "method rate": 0,
+                                           "method median": 1, "rule rate": 0,
                                            "rule median": 1, "unmeasured": 0,
                                            "seconds": 4950.0}  # fmt: skip
     # on four cores the two-thread jobs leave half idle; never below the longest job
     assert summarise(est, cores=4)["wall_seconds"] == 2475.0
     page = render(summary, ["results/table2.csv"], tmp_path, "snakemake -n")
-    assert "| train | 3 | 1 | 1 | 1 | 0 | 4950 |" in page and "1 unmeasured" in page
+    assert "| train | 3 | 1 | 0 | 1 | 0 | 1 | 0 | 4950 |" in page and "1 unmeasured" in page
 
 
 def test_a_resumed_training_is_timed_as_the_whole_training(tmp_path):
@@ -101,6 +109,74 @@ def test_a_resumed_training_is_timed_as_the_whole_training(tmp_path):
     assert whole_job_seconds(tmp_path, Path("reader_train/bm25/none/squad.tsv"), 300.0) == 1200.0
     assert whole_job_seconds(tmp_path, Path("train/dcsr/squad.tsv"), 7.0) == 7.0  # no report
     assert whole_job_seconds(tmp_path, Path("evaluate/dpr/squad/x.tsv"), 7.0) == 7.0
+
+
+def _report(root: Path, run: str, rep: dict) -> None:
+    path = root / "results/models" / run / "squad.report.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rep))
+
+
+def _train_job(run: str, cfg: dict) -> str:
+    return TRAIN_JOB.format(run=run, jobid=1).replace(
+        "Shell command: drpipe train", f"Shell command: drpipe train --cfg '{json.dumps(cfg)}'"
+    )
+
+
+def test_a_planned_training_is_priced_by_the_passages_it_encodes(tmp_path):
+    # Reference: DPR with one BM25 negative, 100 examples x 2 epochs x 2 passages in 400 s (1 s a
+    # passage); DCSR, sampled to 50 of the set's 100 examples, 1 epoch x 3 passages in 300 s (2 s
+    # a passage; its in-passage negatives are sentences of the positive: no passage more).
+    dpr_cfg = {"epochs": 2, "hard_negatives": 1, "negative_type": "bm25", "init": "x"}
+    _bench(tmp_path, "train/dpr/squad.tsv", 400.0)
+    _report(tmp_path, "dpr", {"method": "dpr", "cfg": dpr_cfg, "n_train": 100, "steps": 10})
+    dcsr_cfg = {"epochs": 1, "bm25_negatives": 2, "in_passage_negatives": 3, "max_examples": 50}
+    _bench(tmp_path, "train/dcsr/squad.tsv", 300.0)
+    _report(tmp_path, "dcsr", {"method": "dcsr", "cfg": dcsr_cfg, "n_train": 50,
+                               "n_not_sampled": 50})  # fmt: skip
+    plan = "".join([
+        _train_job("dpr.t3_gold_7", {**dpr_cfg, "hard_negatives": 7, "negative_type": "gold",
+                                     "in_batch": False}),
+        _train_job("dpr.t3_gold_7_ib", {**dpr_cfg, "hard_negatives": 0, "negative_type": "none"}),
+        _train_job("dpr.f1_n50", {**dpr_cfg, "max_examples": 50}),
+        _train_job("xmoco.t3_tied", {"epochs": 1, "hard_negatives": 1}),
+        _train_job("dcsr.t4_bm25_1", {"epochs": 1, "bm25_negatives": 1}),
+        _train_job("dpr_gold7", {"epochs": 1}),
+    ])  # fmt: skip
+    est = estimate_jobs(parse_dry_run(plan), tmp_path)
+    assert [(e["basis"], e["seconds"]) for e in est] == [
+        ("method rate", 1600.0),  # 100 x 2 x 8 passages at DPR's 1 s
+        ("method rate", 200.0),  # in-batch only: one passage per example
+        ("method rate", 200.0),  # 50 sampled examples x 2 x 2
+        ("rule rate", 300.0),  # no xMoCo measured: 100 x 1 x 2 at the median of 1 and 2 s
+        ("method rate", 400.0),  # the set's 100 examples (not the 50 sampled) x 2 at 2 s
+        ("rule median", 350.0),  # no registered method: the train rule's median
+    ]
+
+
+def test_time_a_job_spent_stopped_is_left_out(tmp_path):
+    # A shard paused by SIGSTOP for most of its run kept 0.3 of a core where its quiet siblings
+    # kept 1.5: it is timed as its CPU seconds at 1.5 cores; a busy-enough job is left as it is.
+    timings = {
+        Path("encode/dpr/squad/shard-0.tsv"): {"seconds": 100.0, "cpu_seconds": 150.0},
+        Path("encode/dpr/squad/shard-1.tsv"): {"seconds": 1000.0, "cpu_seconds": 300.0},
+        Path("encode/dpr/squad/shard-2.tsv"): {"seconds": 120.0, "cpu_seconds": 100.0},
+        Path("evaluate/dpr/squad/x.tsv"): {"seconds": 5.0, "cpu_seconds": None},
+    }
+    assert unpaused_seconds(timings) == {
+        Path("encode/dpr/squad/shard-0.tsv"): 100.0,
+        Path("encode/dpr/squad/shard-1.tsv"): 200.0,
+        Path("encode/dpr/squad/shard-2.tsv"): 120.0,  # 0.83 of a core: more than half of 1.5
+        Path("evaluate/dpr/squad/x.tsv"): 5.0,
+    }
+    rel = "encode/dpr/squad/shard-1.tsv"
+    path = tmp_path / "results/benchmarks/rules" / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("s\th:m:s\tmax_rss\tcpu_time\n1000.0\t0:16:40\t1.0\t300.0\n")
+    _bench(tmp_path, "encode/dpr/squad/shard-0.tsv", 100.0)  # no CPU column: read as it is
+    assert job_times(tmp_path)[Path(rel)] == 1000.0  # no sibling's rate to compare with
+    (path.parent / "shard-0.tsv").write_text("s\tcpu_time\n100.0\t150.0\n")
+    assert job_times(tmp_path)[Path(rel)] == 200.0
 
 
 def test_single_thread_jobs_share_the_cores(tmp_path):

@@ -1,11 +1,14 @@
 """What a target costs before it is started (``drpipe estimate``; ``make estimate``): the jobs
 ``snakemake -n`` plans, each timed from the benchmark files of a run that was already made
 (``results/benchmarks/rules/``). A planned job whose benchmark file the reference run holds is
-timed by that file (the same job, measured); any other job by the median of the reference's
-jobs of its rule and method (the run's name before its variant: ``xmoco.f2_q32`` is timed by
-xMoCo's trainings, which are slower than DPR's), else of its rule (a rule's jobs still differ in
-size: a Table 3 scheme with more negatives trains longer than the median says); a rule the
-reference never ran is listed as unmeasured, never guessed. A training resumed from a
+timed by that file (the same job, measured). A planned training is priced by its work: the
+passages it encodes with gradients (examples x epochs x ``passages_per_example``:
+DPR's Gold #N=7 encodes eight per question, its in-batch schemes one) times the seconds per
+such passage of the reference's trainings of its method (the run's name before its variant:
+``xmoco.f2_q32`` by xMoCo's, which are slower than DPR's), else of every method's. Any other
+job takes the median of the reference's jobs of its rule and method, else of its rule; a rule
+the reference never ran is listed as unmeasured, never guessed. Time a reference job spent
+stopped or sharing the cores is left out (``unpaused_seconds``). A training resumed from a
 checkpoint has a benchmark file of its last attempt only: its report's steps scale that back to
 the whole training (``whole_job_seconds``)."""
 
@@ -23,7 +26,9 @@ from typing import Any
 from drpipe.audit.staleness import dry_run, parse_dry_run, snakemake_command
 from drpipe.audit.timings import read_benchmark
 from drpipe.io import read_json, write_json
+from drpipe.methods import method_class, method_names
 from drpipe.tables.output import write_text
+from drpipe.training.settings import DEFAULTS as TRAIN_DEFAULTS
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +37,7 @@ BENCH_ROOT = Path("results/benchmarks/rules")
 # its benchmark file's path under the rule's folder, there, ending in .report.json (the rules'
 # outputs: train/dpr/squad.tsv -> results/models/dpr/squad.report.json).
 RESUMABLE = {"train": Path("results/models"), "reader_train": Path("results/readers")}
+BASES = ("same job", "method rate", "method median", "rule rate", "rule median", "unmeasured")
 
 
 def _method(rel: Path) -> str | None:
@@ -40,17 +46,25 @@ def _method(rel: Path) -> str | None:
     return rel.parts[1].split(".")[0] if len(rel.parts) > 2 else None
 
 
+def job_report(reference: Path, rel: Path) -> dict[str, Any] | None:
+    """The report of the resumable job whose benchmark file is ``rel`` (under ``BENCH_ROOT``),
+    if the reference holds one."""
+    root = RESUMABLE.get(rel.parts[0])
+    if root is None or len(rel.parts) < 2:
+        return None
+    try:
+        rep = read_json(reference / root / Path(*rel.parts[1:]).with_suffix(".report.json"))
+    except (OSError, ValueError):
+        return None
+    return rep if isinstance(rep, dict) else None
+
+
 def whole_job_seconds(reference: Path, rel: Path, seconds: float) -> float:
     """``seconds`` of the benchmark file ``rel`` (under ``BENCH_ROOT``) as the whole job's: a
     training that resumed at step s of n timed only its last n - s steps, so it is scaled by
     n / (n - s) (start-up and validation scale with it: an approximation)."""
-    root = RESUMABLE.get(rel.parts[0])
-    if root is None or len(rel.parts) < 2:
-        return seconds
-    report = reference / root / Path(*rel.parts[1:]).with_suffix(".report.json")
-    try:
-        rep = read_json(report)
-    except (OSError, ValueError):
+    rep = job_report(reference, rel)
+    if rep is None:
         return seconds
     start, steps = rep.get("resumed_from_step"), rep.get("steps")
     if not isinstance(start, int) or not isinstance(steps, int) or not 0 < start < steps:
@@ -58,17 +72,38 @@ def whole_job_seconds(reference: Path, rel: Path, seconds: float) -> float:
     return seconds * steps / (steps - start)
 
 
+def unpaused_seconds(timings: dict[Path, dict[str, Any]]) -> dict[Path, float]:
+    """Wall seconds of each benchmark (by its path under ``BENCH_ROOT``) less time the job spent
+    stopped or starved: a job that kept fewer than half the cores its rule's busiest job kept
+    (CPU seconds / wall seconds; a run paused by SIGSTOP, or sharing the machine, keeps fewer)
+    is timed as its CPU seconds at that busiest rate."""
+    rates: dict[str, float] = {}
+    for rel, t in timings.items():
+        if t["seconds"] and t.get("cpu_seconds"):
+            rule = rel.parts[0]
+            rates[rule] = max(rates.get(rule, 0.0), t["cpu_seconds"] / t["seconds"])
+    out = {}
+    for rel, t in timings.items():
+        cpu, best = t.get("cpu_seconds"), rates.get(rel.parts[0])
+        slow = cpu and best and t["seconds"] and cpu / t["seconds"] < best / 2
+        out[rel] = cpu / best if slow else t["seconds"]
+    return out
+
+
 def job_times(reference: Path) -> dict[Path, float]:
-    """Wall seconds of every benchmarked job of the reference run (a resumed training as the
-    whole training), by its benchmark file relative to ``BENCH_ROOT``."""
-    out: dict[Path, float] = {}
+    """Seconds of every benchmarked job of the reference run (less paused time,
+    ``unpaused_seconds``; a resumed training as the whole training), by its benchmark file
+    relative to ``BENCH_ROOT``."""
     root = reference / BENCH_ROOT
+    timings = {}
     for tsv in sorted(root.rglob("*.tsv")) if root.is_dir() else []:
         timing = read_benchmark(tsv)
         if timing and timing["seconds"] is not None:
-            rel = tsv.relative_to(root)
-            out[rel] = whole_job_seconds(reference, rel, timing["seconds"])
-    return out
+            timings[tsv.relative_to(root)] = timing
+    return {
+        rel: whole_job_seconds(reference, rel, seconds)
+        for rel, seconds in unpaused_seconds(timings).items()
+    }
 
 
 def rule_times(times: dict[Path, float]) -> dict[tuple[str, str | None], list[float]]:
@@ -81,11 +116,72 @@ def rule_times(times: dict[Path, float]) -> dict[tuple[str, str | None], list[fl
     return dict(out)
 
 
+def passages_per_example(method: str, cfg: dict[str, Any]) -> int:
+    """Passages one training example of ``method`` encodes with gradients: its positive and
+    the negatives the cfg names, ``hard_negatives`` (DPR, xMoCo; none when ``negative_type`` is
+    "none") and ``bm25_negatives`` (DCSR). In-batch negatives are other examples' positives and
+    DCSR's in-passage ones sentences of the positive: no passage more. Read here from the cfg,
+    not asked of the method class, so that pricing changes no method's code hash (a new method
+    whose negatives are other passages is priced right when it names them so)."""
+    full = {**method_class(method).config_defaults(), **cfg}
+    hard = 0 if full.get("negative_type") == "none" else int(full.get("hard_negatives") or 0)
+    return 1 + hard + int(full.get("bm25_negatives") or 0)
+
+
+def training_passages(method: str, cfg: dict[str, Any], n_examples: int) -> int:
+    """Passages a training of ``method`` with ``cfg`` encodes with gradients over
+    ``n_examples`` training examples: examples x epochs x ``passages_per_example``. Questions
+    (a tenth of a passage's tokens or less) and validation are left out."""
+    epochs = int({**TRAIN_DEFAULTS, **cfg}["epochs"])
+    return n_examples * epochs * passages_per_example(method, cfg)
+
+
+def training_rates(
+    reference: Path, times: dict[Path, float]
+) -> tuple[dict[str | None, float], dict[str, int]]:
+    """From the reference's trainings that have a report: the median seconds per passage of
+    ``training_passages``, per method and over all (key None); and each training set's examples
+    (a sampled training's ``n_train`` plus those it left out), by the set's name."""
+    rates: dict[str | None, list[float]] = defaultdict(list)
+    sizes: dict[str, int] = {}
+    methods = set(method_names())
+    for rel, seconds in sorted(times.items()):
+        if rel.parts[0] != "train" or len(rel.parts) < 3:
+            continue
+        rep = job_report(reference, rel)
+        if not rep or rep.get("method") not in methods or not isinstance(rep.get("cfg"), dict):
+            continue
+        n = rep.get("n_train")
+        if not isinstance(n, int) or n <= 0:
+            continue
+        if rep["cfg"].get("max_examples") is None:
+            sizes.setdefault(rel.stem, n + int(rep.get("n_not_sampled") or 0))
+        work = training_passages(rep["method"], rep["cfg"], n)
+        rates[rep["method"]].append(seconds / work)
+        rates[None].append(seconds / work)
+    return {k: statistics.median(v) for k, v in rates.items()}, sizes
+
+
+def planned_passages(job: dict[str, Any], rel: Path | None, sizes: dict[str, int]) -> int | None:
+    """``training_passages`` of a planned ``train`` job (its cfg from the shell command, its
+    training set's size from the reference), or None where either is unknown."""
+    if job["rule"] != "train" or rel is None or not job.get("cfg") or rel.stem not in sizes:
+        return None
+    method = _method(rel)
+    if method not in method_names():
+        return None
+    n = sizes[rel.stem]
+    cap = {**TRAIN_DEFAULTS, **job["cfg"]}["max_examples"]
+    return training_passages(method, job["cfg"], n if cap is None else min(n, int(cap)))
+
+
 def estimate_jobs(jobs: list[dict[str, Any]], reference: Path) -> list[dict[str, Any]]:
     """Each planned job with its seconds and where they come from (``same job``, ``method
-    median``, ``rule median``, or ``unmeasured`` with no seconds)."""
+    rate``, ``method median``, ``rule rate``, ``rule median``, or ``unmeasured`` with no
+    seconds)."""
     times = job_times(reference)
     medians = {key: statistics.median(t) for key, t in rule_times(times).items()}
+    rates, sizes = training_rates(reference, times)
     out = []
     for job in jobs:
         bench = job.get("benchmark")
@@ -94,12 +190,17 @@ def estimate_jobs(jobs: list[dict[str, Any]], reference: Path) -> list[dict[str,
         method = _method(rel) if rel is not None else None
         # a benchmark file outside BENCH_ROOT is no rule's median: read it on its own
         timing = read_benchmark(reference / bench) if bench and not inside else None
+        work = planned_passages(job, rel, sizes) if rel not in times else None
         if rel in times:
             basis, seconds = "same job", times[rel]
         elif timing and timing["seconds"] is not None:
             basis, seconds = "same job", timing["seconds"]
+        elif work is not None and method in rates:
+            basis, seconds = "method rate", rates[method] * work
         elif method is not None and (job["rule"], method) in medians:
             basis, seconds = "method median", medians[(job["rule"], method)]
+        elif work is not None and None in rates:
+            basis, seconds = "rule rate", rates[None] * work
         elif (job["rule"], None) in medians:
             basis, seconds = "rule median", medians[(job["rule"], None)]
         else:
@@ -114,8 +215,7 @@ def summarise(estimates: list[dict[str, Any]], cores: int) -> dict[str, Any]:
     ``cores`` if they stay busy (job seconds x threads / cores, never below the longest job)."""
     rules: dict[str, dict[str, Any]] = {}
     for e in estimates:
-        r = rules.setdefault(e["rule"], {"jobs": 0, "same job": 0, "method median": 0,
-                                         "rule median": 0, "unmeasured": 0, "seconds": 0.0})  # fmt: skip
+        r = rules.setdefault(e["rule"], {"jobs": 0, **dict.fromkeys(BASES, 0), "seconds": 0.0})
         r["jobs"] += 1
         r[e["basis"]] += 1
         r["seconds"] += e["seconds"] or 0.0
@@ -143,17 +243,22 @@ def render(summary: dict[str, Any], targets: list[str], reference: Path, command
         "",
         f"Planned by `{command}`; timed from the benchmark files of `{reference}`.",
         "",
-        "| rule | jobs | same job measured | method median | rule median | unmeasured | seconds |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| rule | jobs | same job measured | method rate | method median | rule rate | "
+        "rule median | unmeasured | seconds |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for rule, r in summary["by_rule"].items():
-        lines.append(f"| {rule} | {r['jobs']} | {r['same job']} | {r['method median']} | "
-                     f"{r['rule median']} | {r['unmeasured']} | {r['seconds']:.0f} |")  # fmt: skip
+        counts = " | ".join(str(r[b]) for b in BASES)
+        lines.append(f"| {rule} | {r['jobs']} | {counts} | {r['seconds']:.0f} |")
     lines += [
         "",
         f"{summary['jobs']} jobs; {summary['unmeasured_jobs']} unmeasured (not counted). "
         f"One at a time: {_hours(summary['serial_seconds'])}; on {summary['cores']} cores, if "
         f"they stay busy: about {_hours(summary['wall_seconds'])}.",
+        "",
+        "A rate prices a training by its work: passages encoded with gradients (examples x "
+        "epochs x the method's passages per example) x the reference trainings' seconds per "
+        "passage, of its method or else of all.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -166,13 +271,14 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     if code != 0:
         raise SystemExit(f"error: snakemake -n failed in {workdir}:\n{text[-4000:]}")
     jobs = [j for j in parse_dry_run(text) if j["rule"] != "all"]
-    summary = summarise(estimate_jobs(jobs, reference), args.cores)
+    estimates = estimate_jobs(jobs, reference)
+    summary = summarise(estimates, args.cores)
     command = shlex.join(snakemake_command(workdir, extra, args.targets, ["-n"]))
     page = render(summary, args.targets, reference, command)
     print(page, end="")
     if args.out:
         write_json(args.out, {"targets": args.targets, "reference": str(reference),
-                              "command": command, **summary})  # fmt: skip
+                              "command": command, **summary, "planned": estimates})  # fmt: skip
     if args.markdown:
         write_text(page, args.markdown)
     return 0
@@ -201,6 +307,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="arguments of the user's snakemake command (config files, --config)")  # fmt: skip
     p.add_argument("--cores", type=_cores, default=2,
                    help="cores the run would get, or 'all' (default 2)")  # fmt: skip
-    p.add_argument("--out", help="also write the estimate as JSON")
+    p.add_argument("--out", help="also write the estimate as JSON (with every planned job)")
     p.add_argument("--markdown", help="also write the page as Markdown")
     p.set_defaults(func=_cmd_estimate)

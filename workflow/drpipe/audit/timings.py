@@ -39,7 +39,7 @@ def read_benchmark(path: Path) -> dict[str, float] | None:
             return None
         return None if math.isnan(value) else value
 
-    return {"seconds": num("s"), "max_rss_mb": num("max_rss")}
+    return {"seconds": num("s"), "max_rss_mb": num("max_rss"), "cpu_seconds": num("cpu_time")}
 
 
 def runtime_by_rule(lineage: Lineage) -> dict[str, dict[str, Any]]:
