@@ -28,6 +28,11 @@ Model: the packaged all-MiniLM-L6-v2 (mean pooling), loaded once before timing.
    changing what ``auto`` picks on this kind of CPU. Timings mean something only on a quiet
    machine.
 
+``--paths-only`` runs section 3 alone (``--path-passages N`` sets its size): the form to run
+under ``benchmarks/emulate_cpu.py KIND --``, which masks CPUID so that the libraries (and
+``auto``) take another kind of CPU's kernels on this one; the JSON and the flags line say
+which kind was emulated.
+
 The maximum passage length is the model's (``drpipe_encoder.json``, as ``drpipe train``
 writes it), not an encoding setting: each part gets a model directory with its own.
 """
@@ -35,6 +40,7 @@ writes it), not an encoding setting: each part gets a model directory with its o
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gzip
 import json
 import os
@@ -161,11 +167,21 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     smoke.add_args(parser, OUT)
+    parser.add_argument(
+        "--paths-only",
+        action="store_true",
+        help="only section 3, the precision paths (e.g. under benchmarks/emulate_cpu.py)",
+    )
+    parser.add_argument(
+        "--path-passages", type=int, help=f"passages per path (default {Sizes.n_paths})"
+    )
     args = smoke.parse_args(parser)
     size = SMOKE if args.smoke else Sizes()
+    if args.path_passages:
+        size = dataclasses.replace(size, n_paths=args.path_passages)
     from drpipe.encode import encode_shard
     from drpipe.encoders import cpu_flags, resolve_precision, select_device
-    from drpipe.io import write_json, write_parquet
+    from drpipe.io import write_parquet
 
     auto = resolve_precision("auto", select_device())
     result: dict = {
@@ -173,6 +189,8 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
             "cpu_flags": sorted(cpu_flags()),
+            # set by benchmarks/emulate_cpu.py: the kind whose kernels ran (CPUID masked)
+            "emulated_cpu_kind": os.environ.get("CPUID_MASK") or None,
             "auto": auto.report(),
             "load_average_at_start": os.getloadavg(),
         },  # fmt: skip
@@ -188,6 +206,10 @@ def main() -> None:
             init = result["model"] = smoke.tiny_bert(tmp / "tiny-bert", texts)
         bi = model_dir(tmp / "model", init, MAX_LEN)
         model_dir(tmp / "model-mem", init, MEM_MAX_LEN)
+
+        if args.paths_only:
+            result["precision_paths"] = precision_paths(bi, table.slice(0, size.n_paths), size, tmp)
+            return report(args.out, result, auto)
 
         # 1. throughput
         speed = table.slice(0, size.n_speed)
@@ -247,11 +269,21 @@ def main() -> None:
 
         # 3. precision paths against the plain fp32 loop
         result["precision_paths"] = precision_paths(bi, table.slice(0, size.n_paths), size, tmp)
+    report(args.out, result, auto)
+
+
+def report(out: Path, result: dict, auto) -> None:
+    """Write the result JSON and print it with the result lines."""
+    from drpipe.encoders import cpu_flags
+    from drpipe.io import write_json
+
     result["machine"]["load_average_at_end"] = os.getloadavg()
-    write_json(args.out, result)
+    write_json(out, result)
     print(json.dumps(result, indent=2))
-    print(f"cpu flags: {', '.join(sorted(cpu_flags())) or 'none'}; auto picks {auto.path} "
-          f"({auto.reason})")  # fmt: skip
+    emulated = result["machine"]["emulated_cpu_kind"]
+    print(f"cpu flags: {', '.join(sorted(cpu_flags())) or 'none'}"
+          + (f" (emulated {emulated}: CPUID masked)" if emulated else "")
+          + f"; auto picks {auto.path} ({auto.reason})")  # fmt: skip
     paths = result["precision_paths"]["paths"]
     for name, p in paths.items():
         print(f"{name}: {p['passages_per_s']} passages/s, {p['ratio_over_plain_fp32']} x plain "
