@@ -5,7 +5,7 @@
 
 KIND: ``avx512_vnni`` (AVX-512 with VNNI, no bf16 or AMX), ``avx512`` (AVX-512 without VNNI)
 or ``avx2`` (AVX2 and FMA only). ``benchmarks/cpuid_mask.c`` is compiled (gcc, once per
-source, under ``results/benchmarks/.cpuid_mask/``) and preloaded: CPUID faults and is
+source, in the temporary folder, ``$TMPDIR/drpipe-cpuid-mask/``) and preloaded: CPUID faults and is
 answered without that kind's features, so torch, oneDNN, MKL and ONNX Runtime choose the
 kernels they would choose there, and ``drpipe.encoders.cpu_flags`` (which follows torch's
 CPUID view) resolves ``auto`` as there. What it does not emulate: the other kind's cores,
@@ -25,9 +25,9 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
 SOURCE = Path(__file__).with_name("cpuid_mask.c")
 KINDS = ("avx512_vnni", "avx512", "avx2")
 
@@ -47,8 +47,9 @@ def unavailable() -> str | None:
     return None
 
 
-def library(build_dir: Path = REPO / "results" / "benchmarks" / ".cpuid_mask") -> Path:
+def library(build_dir: Path | None = None) -> Path:
     """The compiled mask library, built once per source (named by its hash)."""
+    build_dir = build_dir or Path(tempfile.gettempdir()) / "drpipe-cpuid-mask"
     source = SOURCE.read_bytes()
     lib = build_dir / f"cpuid_mask-{hashlib.sha256(source).hexdigest()[:12]}.so"
     if not lib.exists():
@@ -78,7 +79,8 @@ def main(argv: list[str]) -> int:
         return 2
     env = environment(argv[0])
     print(f"emulate_cpu: {argv[0]} (CPUID masked; kernels run on this CPU)", file=sys.stderr)
-    return subprocess.run(argv[2:], env=env, check=False).returncode
+    rc = subprocess.run(argv[2:], env=env, check=False).returncode
+    return 128 - rc if rc < 0 else rc  # killed by a signal: the shell's 128 + signal number
 
 
 if __name__ == "__main__":

@@ -18,8 +18,12 @@ the encoding speed each run recorded. Procedure (the ``squad`` scale's DPR, as i
     python benchmarks/precision_accuracy.py compare dpr/squad squad-test \\
         fp32=prec/fp32 bf16=prec/bf16 int8=prec/int8
 
-int8 with 7-bit weights (what an x86 CPU without VNNI runs) is measured on any CPU with
-``CONFIG="encode='{precision: int8, int8_weight_bits: 7}'"`` and labelled ``int8-7bit``.
+int8 with 7-bit weights (the width an x86 CPU without VNNI runs) is set on any CPU with
+``CONFIG="encode='{precision: int8, int8_weight_bits: 7}'"`` and labelled ``int8-7bit``. That
+sets the width, not the kernels: to measure what such a CPU computes, run the rerun under
+``benchmarks/emulate_cpu.py KIND --`` (CPUID masked, so ONNX Runtime and torch dispatch that
+kind's kernels) and label it ``PATH@KIND`` (e.g. ``int8-7bit@avx2``); where the reports record
+an emulated kind (``environment.cpu.emulated_kind``) it must be that one.
 
 The last line reads ``largest |top-20| / |top-100| change vs fp32: A / B (path)``.
 """
@@ -87,12 +91,19 @@ def read_snapshot(folder: Path, label: str, run: str, questions: str) -> dict:
         raise SystemExit(f"error: {folder / files['shards']}: no encoding reports")
     reports = {"questions": _json(folder / files["questions"])}
     reports.update({str(p.relative_to(folder)): _json(p) for p in shards})
-    want = LABELS.get(label, label)
+    path, _, kind = label.partition("@")
+    want = LABELS.get(path, path)
     for where, rep in reports.items():
         ran = report_precision(rep)
         if ran != want:
             raise SystemExit(
                 f"error: {folder}: {where} report ran precision {ran!r}, labelled {label!r}"
+            )
+        emulated = rep.get("environment", {}).get("cpu", {}).get("emulated_kind")
+        if emulated is not None and emulated != kind:
+            raise SystemExit(
+                f"error: {folder}: {where} report ran as an emulated {emulated} CPU, labelled "
+                f"{label!r}"
             )
     shard_reps = [reports[k] for k in reports if k != "questions"]
     seconds = sum(float(r["seconds"]) for r in shard_reps)

@@ -24,9 +24,11 @@ def _module():
 
 
 def _results(root: Path, precision: str, ranks: list[float], training: str = "t",
-             backend: str | None = None) -> Path:  # fmt: skip
+             backend: str | None = None, emulated: str | None = None) -> Path:  # fmt: skip
     """A results folder holding what the comparison reads, as the workflow writes it."""
-    more = {"precision_backend": backend} if backend else {}
+    more: dict = {"precision_backend": backend} if backend else {}
+    if emulated:
+        more["environment"] = {"cpu": {"flags": ["avx2"], "emulated_kind": emulated}}
     (root / "metrics/dpr/squad").mkdir(parents=True)
     (root / "embeddings/dpr/squad").mkdir(parents=True)
     (root / "qvecs/dpr/squad").mkdir(parents=True)
@@ -101,3 +103,18 @@ def test_int8_with_7_bit_weights_is_its_own_label(tmp_path: Path) -> None:
         mod.read_snapshot(tmp_path / "a", "int8", RUN, QUESTIONS)
     with pytest.raises(SystemExit, match="ran precision 'int8', labelled 'int8-7bit'"):
         mod.read_snapshot(tmp_path / "b", "int8-7bit", RUN, QUESTIONS)
+
+
+def test_an_emulated_cpu_kind_is_named_in_the_label(tmp_path: Path) -> None:
+    # PATH@KIND: the path as above, run under benchmarks/emulate_cpu.py KIND; reports that
+    # record an emulated kind must match it, and are not taken for a native run.
+    mod = _module()
+    seven = "onnxruntime 1.32.0, 7-bit weights (x86 without VNNI)"
+    _results(tmp_path / "a", "int8", [1, 2], backend=seven, emulated="avx2")
+    assert mod.read_snapshot(tmp_path / "a", "int8-7bit@avx2", RUN, QUESTIONS)["n_passages"] == 500
+    with pytest.raises(
+        SystemExit, match="ran as an emulated avx2 CPU, labelled 'int8-7bit@avx512'"
+    ):
+        mod.read_snapshot(tmp_path / "a", "int8-7bit@avx512", RUN, QUESTIONS)
+    with pytest.raises(SystemExit, match="ran as an emulated avx2 CPU, labelled 'int8-7bit'"):
+        mod.read_snapshot(tmp_path / "a", "int8-7bit", RUN, QUESTIONS)

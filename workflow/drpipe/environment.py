@@ -83,6 +83,10 @@ def cpu_info() -> dict[str, Any]:
     except OSError:
         pass
     info["flags"] = [f for f in CPU_FLAGS if f in flags]
+    # benchmarks/emulate_cpu.py masks CPUID (not /proc/cpuinfo): the kernels that ran were
+    # this kind's, whatever the flags above say
+    if os.environ.get("CPUID_MASK"):
+        info["emulated_kind"] = os.environ["CPUID_MASK"]
     return info
 
 

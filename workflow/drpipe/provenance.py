@@ -64,6 +64,8 @@ def hardware() -> dict[str, Any]:
     if "model" in cpu:
         info["cpu_model"] = cpu["model"]
     info["cpu_flags"] = cpu["flags"]
+    if "emulated_kind" in cpu:
+        info["cpu_emulated_kind"] = cpu["emulated_kind"]
     try:
         with open("/proc/meminfo") as fh:
             info["mem_total_kb"] = int(fh.readline().split()[1])

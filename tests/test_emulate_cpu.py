@@ -1,0 +1,135 @@
+"""benchmarks/emulate_cpu.py: a command run as on an older x86 CPU sees that CPU's features in
+CPUID (torch's kernel dispatch, and ``drpipe.encoders.cpu_flags``, hence ``auto``); a real
+segmentation fault is still one; and ``cpu_flags`` follows torch's CPUID view."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drpipe import encoders
+
+REPO = Path(__file__).resolve().parents[1]
+EMULATE = REPO / "benchmarks" / "emulate_cpu.py"
+sys.path.insert(0, str(EMULATE.parent))
+import emulate_cpu  # noqa: E402
+
+WHY = emulate_cpu.unavailable()
+needs_cpuid_faulting = pytest.mark.skipif(WHY is not None, reason=f"emulate_cpu: {WHY}")
+
+PROBE = """
+import json, torch
+from drpipe.encoders import cpu_flags, resolve_precision
+from drpipe.quantize import weight_bits
+print(json.dumps({"isa": torch.backends.cpu.get_cpu_capability(), "flags": sorted(cpu_flags()),
+                  "auto": resolve_precision("auto", "cpu").reason, "bits": weight_bits()}))
+"""
+
+
+def run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    return subprocess.run([sys.executable, str(EMULATE), *args], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)  # fmt: skip
+
+
+@needs_cpuid_faulting
+@pytest.mark.parametrize(
+    ("kind", "isa", "kept", "gone", "auto_kind", "bits"),
+    [
+        ("avx2", "AVX2", {"avx2", "fma"},
+         {"avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_bf16", "amx_int8"}, "other", 7),
+        ("avx512_vnni", "AVX512", {"avx2", "avx512f", "avx512_vnni"},
+         {"avx512_bf16", "avx_vnni", "amx_bf16", "amx_int8", "amx_tile"}, "vnni", 8),
+        ("avx512", "AVX512", {"avx2", "avx512f"},
+         {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_bf16"}, "other", 7),
+    ],
+)  # fmt: skip
+def test_emulated_kind_is_what_torch_and_auto_see(kind, isa, kept, gone, auto_kind, bits,
+                                                  tmp_path):  # fmt: skip
+    proc = run([kind, "--", sys.executable, "-c", PROBE], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    assert seen["isa"] == isa
+    assert kept <= set(seen["flags"]) and not gone & set(seen["flags"])
+    assert f"kind {auto_kind}" in seen["auto"]
+    assert seen["bits"] == bits
+    assert f"emulate_cpu: {kind}" in proc.stderr
+    # the library was built in the temporary folder, not in the checkout
+    assert list((tmp_path / "drpipe-cpuid-mask").glob("cpuid_mask-*.so"))
+
+
+@needs_cpuid_faulting
+def test_a_real_segfault_is_not_swallowed(tmp_path):
+    crash = "import ctypes; ctypes.string_at(0)"
+    proc = run(["avx2", "--", sys.executable, "-c", crash], tmp_path)
+    assert proc.returncode == 128 + 11  # SIGSEGV, as a shell reports it
+
+
+def test_bad_arguments_say_how(tmp_path):
+    for args in (["avx9", "--", "true"], ["avx2", "true"], ["avx2"]):
+        proc = run(args, tmp_path)
+        assert proc.returncode == 2 and "emulate_cpu.py KIND -- COMMAND" in proc.stderr
+    with pytest.raises(ValueError, match="unknown CPU kind 'sse2'"):
+        emulate_cpu.environment("sse2")
+
+
+def test_cpu_flags_follow_torchs_cpuid_view(monkeypatch):
+    from drpipe import environment
+
+    proc = {"flags": ["avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "asimd"]}
+    monkeypatch.setattr(environment, "cpu_info", lambda: proc)
+    # CPUID (as torch reads it) lacks bf16 and AMX: they are not this process's flags
+    caps = {"avx2": True, "fma3": True, "avx512_f": True, "avx512_bf16": False, "amx_bf16": False}
+    monkeypatch.setattr(encoders, "torch_capabilities", lambda: caps)
+    encoders.cpu_flags.cache_clear()
+    try:
+        assert encoders.cpu_flags() == {"avx2", "fma", "avx512f", "asimd"}
+        # torch without a view (older builds, other architectures): /proc/cpuinfo's flags
+        monkeypatch.setattr(encoders, "torch_capabilities", lambda: {})
+        encoders.cpu_flags.cache_clear()
+        assert encoders.cpu_flags() == set(proc["flags"])
+        # no /proc/cpuinfo: torch's view alone
+        monkeypatch.setattr(environment, "cpu_info", lambda: {"flags": []})
+        monkeypatch.setattr(encoders, "torch_capabilities", lambda: caps)
+        encoders.cpu_flags.cache_clear()
+        assert encoders.cpu_flags() == {"avx2", "fma", "avx512f"}
+    finally:
+        encoders.cpu_flags.cache_clear()
+
+
+@needs_cpuid_faulting
+def test_bench_encode_paths_run_as_the_emulated_kind(tmp_path, data_mirror):
+    out = tmp_path / "encode.json"
+    bench = REPO / "benchmarks" / "bench_encode.py"
+    env = {**os.environ, "TMPDIR": str(tmp_path), "DATA_MIRROR": str(data_mirror)}
+    proc = subprocess.run(
+        [sys.executable, str(EMULATE), "avx2", "--", sys.executable, str(bench), "--smoke",
+         "--paths-only", "--out", str(out)],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("cpu flags: avx, avx2, fma, sse4_2 (emulated avx2: CPUID masked)")
+               for line in lines)  # fmt: skip
+    assert lines[-1].startswith("best / fp32: ")
+    result = json.loads(out.read_text())
+    assert result["machine"]["emulated_cpu_kind"] == "avx2"
+    assert "throughput" not in result  # --paths-only
+    int8 = result["precision_paths"]["paths"]["int8"]
+    assert int8["backend"].endswith("7-bit weights (x86 without VNNI)")
+
+
+def test_environment_records_an_emulated_kind(monkeypatch):
+    from drpipe.environment import cpu_info
+    from drpipe.provenance import hardware
+
+    monkeypatch.delenv("CPUID_MASK", raising=False)
+    assert "emulated_kind" not in cpu_info() and "cpu_emulated_kind" not in hardware()
+    monkeypatch.setenv("CPUID_MASK", "avx2")
+    assert cpu_info()["emulated_kind"] == "avx2"
+    assert hardware()["cpu_emulated_kind"] == "avx2"
