@@ -180,10 +180,10 @@ def main() -> None:
     if args.path_passages:
         size = dataclasses.replace(size, n_paths=args.path_passages)
     from drpipe.encode import encode_shard
-    from drpipe.encoders import ENCODE_AUTO_PATHS, cpu_flags, resolve_precision, select_device
+    from drpipe.encoders import cpu_flags, resolve_precision, select_device
     from drpipe.io import write_parquet
 
-    auto = resolve_precision("auto", select_device(), allowed=ENCODE_AUTO_PATHS)
+    auto = resolve_precision("auto", select_device())
     result: dict = {
         "machine": {
             "cpus": os.cpu_count(),

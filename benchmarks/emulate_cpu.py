@@ -13,6 +13,9 @@ caches and clocks; the kernels run on this CPU. A ratio of two paths measured so
 over fp32) says which kernels are faster per core where the vector units are alike, not the
 other machine's passages/s; it is labelled emulated wherever it is reported.
 
+Emulate only the jobs being measured: a JVM (pyserini's BM25 jobs) installs its own SIGSEGV
+handler over this one, and its first CPUID would then end it.
+
 Needs Linux on x86-64 with CPUID faulting (``cpuid_fault`` in /proc/cpuinfo; most Intel CPUs
 since Ivy Bridge, and the VMs on them) and gcc; says so and exits 2 otherwise.
 """

@@ -51,6 +51,9 @@ def run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
 )  # fmt: skip
 def test_emulated_kind_is_what_torch_and_auto_see(kind, isa, kept, gone, auto_kind, bits,
                                                   tmp_path):  # fmt: skip
+    native = set(Path("/proc/cpuinfo").read_text().split())
+    if not kept <= native:  # masking only takes features away
+        pytest.skip(f"this CPU lacks {sorted(kept - native)}, which kind {kind} keeps")
     proc = run([kind, "--", sys.executable, "-c", PROBE], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.splitlines()[-1])
@@ -174,7 +177,9 @@ def test_int8_vectors_follow_the_kernels_not_only_the_width(tmp_path, data_mirro
         (native7 * avx2_7).sum(1) / np.linalg.norm(native7, axis=1) / np.linalg.norm(avx2_7, axis=1)
     )
     flags = set(Path("/proc/cpuinfo").read_text().split())
-    if flags & {"avx512_vnni", "avx_vnni"}:  # this CPU has VNNI: its kernels are the emulated's
+    # This CPU has AVX-512 VNNI: the emulated kind's integer products are exact as its own, and
+    # its fp32 kernels the same AVX-512 ones
+    if "avx512_vnni" in flags:
         assert np.array_equal(native8, vnni8)
     if "avx512f" in flags:  # AVX2 is another kind of CPU here: other kernels, other vectors
         assert not np.array_equal(native7, avx2_7)

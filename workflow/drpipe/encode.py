@@ -198,7 +198,7 @@ def encode_shard(
     tests and benchmarks); by default it is loaded from ``model_dir``. Returns a report dict.
     """
     # lazy: these import torch (~1 s at CLI start-up, which imports this module)
-    from drpipe.encoders import ENCODE_AUTO_PATHS, BiEncoder, resolve_precision, select_device
+    from drpipe.encoders import BiEncoder, resolve_precision, select_device
     from drpipe.methods import get_method
     from drpipe.methods.base import CorpusBlock, EncodeSettings
 
@@ -213,8 +213,7 @@ def encode_shard(
     if method.corpus_units == "sentences" and sentences is None:
         raise SystemExit(f"error: method {method.name} encodes sentences: give --sentences")
     device = select_device()
-    precision = resolve_precision(cfg["precision"], device, allowed=ENCODE_AUTO_PATHS,
-                                  int8_bits=cfg["int8_weight_bits"])  # fmt: skip
+    precision = resolve_precision(cfg["precision"], device, int8_bits=cfg["int8_weight_bits"])
     model = model.for_inference(precision.path, precision.int8_bits)
     settings = EncodeSettings(
         batch_size=int(cfg["batch_size"]), bf16=precision.path == "bf16", device=device
@@ -296,13 +295,7 @@ def encode_queries(
     """Question vectors of a question table -> ``out`` (float32) and ``out``'s ``.ids.npy``
     (qids, in table order)."""
     # lazy: imports torch (~1 s at CLI start-up, which imports this module)
-    from drpipe.encoders import (
-        ENCODE_AUTO_PATHS,
-        BiEncoder,
-        encode_texts,
-        resolve_precision,
-        select_device,
-    )
+    from drpipe.encoders import BiEncoder, encode_texts, resolve_precision, select_device
 
     cfg = merged_cfg(cfg, DEFAULT_QUERY_CFG)
     set_threads(cfg["threads"])
@@ -310,8 +303,7 @@ def encode_queries(
     qids = np.array([str(q["qid"]) for q in rows])
     model = model if model is not None else BiEncoder.load(model_dir)
     device = select_device()
-    precision = resolve_precision(cfg["precision"], device, allowed=ENCODE_AUTO_PATHS,
-                                  int8_bits=cfg["int8_weight_bits"])  # fmt: skip
+    precision = resolve_precision(cfg["precision"], device, int8_bits=cfg["int8_weight_bits"])
     model = model.for_inference(precision.path, precision.int8_bits)
     t0 = time.perf_counter()
     vecs = encode_texts(

@@ -82,13 +82,13 @@ def select_device() -> torch.device:
 PRECISIONS = ("fp32", "bf16", "int8")
 PRECISION_SETTINGS = (*PRECISIONS, "auto")
 # Paths within the accuracy bound (top-20 and top-100 within 0.2 points of fp32 on the `squad`
-# scale, issue 20) that `auto` may pick for a forward pass. Measured on the squad scale (DPR,
-# one checkpoint, 10,570 questions, paired; docs/measured.md): bf16 top-20 -0.01, top-100
-# +0.01; int8 through ONNX Runtime within the bound on every CPU kind (below); PyTorch's int8
-# -0.83 / -0.60 (outside). The reader's scoring admits these two (its int8 cost in EM is not
-# measured); encoding admits int8 as well (ENCODE_AUTO_PATHS).
+# scale, issue 20) that `auto` picks. Measured on the squad scale (DPR, 10,570 questions,
+# paired; docs/measured.md): bf16 top-20 -0.01, top-100 +0.01; PyTorch's int8 -0.83 / -0.60
+# (outside). int8 through ONNX Runtime sits on the bound: -0.08 / -0.10 on one checkpoint, but
+# -0.16 / -0.21 (8-bit weights) and -0.20 / -0.19 (7-bit, AVX2 kernels) on another, top-100's
+# loss significant in both; so it stays an explicit choice (`precision: int8`), which
+# ``resolve_precision(allowed=...)`` also lets a caller admit.
 AUTO_PATHS = ("bf16", "fp32")
-ENCODE_AUTO_PATHS = ("int8", *AUTO_PATHS)
 # What `auto` picks on a CPU, first matching rule wins: (kind of CPU, any of these
 # /proc/cpuinfo flags, the paths by measured speed, fastest first). Measured with MiniLM on
 # real passages, benchmarks/bench_encode.py (paths over the plain fp32 loop, same run); the
@@ -101,12 +101,12 @@ AUTO_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     # the mini run's encoding 1.22x slower in int8 than in bf16: bf16 first.
     ("avx512_bf16", ("avx512_bf16",), ("bf16", "int8", "fp32")),
     # AVX-512 with VNNI, no bf16 (emulated): int8 1.67x (8-bit weights, the vectors of this
-    # CPU's int8 exactly), fp32 0.95x, bf16 0.33x.
+    # CPU's int8 exactly), fp32 0.95x, bf16 0.33x: `auto` runs fp32 (int8 is not in AUTO_PATHS).
     ("vnni", ("avx512_vnni",), ("int8", "fp32", "bf16")),
     # AVX-VNNI without AVX-512 (Alder Lake and later cores): not measured.
     ("avx_vnni", ("avx_vnni",), ("fp32", "bf16")),
     # x86 without VNNI, AVX-512 or AVX2 only (emulated): int8 with 7-bit weights 1.22x on
-    # AVX-512, AVX2 AVX2_INT8x; bf16 0.19-0.31x.
+    # AVX-512, 1.51x on AVX2; bf16 0.19-0.31x: `auto` runs fp32.
     ("x86", ("avx2",), ("int8", "fp32")),
     ("other", (), ("fp32",)),
 )

@@ -13,8 +13,9 @@ On an x86 CPU without VNNI, ONNX Runtime multiplies u8 activations by s8 weights
 instructions whose int16 sums saturate; there weights are quantized to 7 bits (its
 ``reduce_range``, the remedy its documentation gives), and the backend's name says so. The
 measured figures above are of a CPU with VNNI. The width can be set (``int8_weight_bits``: 7
-or 8, ``auto`` as above): 7 on a CPU with VNNI gives the numbers a CPU without it gives, which
-is how their accuracy is measured on one machine; 8 where products saturate is allowed and said.
+or 8, ``auto`` as above): 7 on a CPU with VNNI measures the width's cost; a CPU without VNNI
+also runs other kernels, whose vectors differ slightly (its accuracy is measured by emulating
+it, ``benchmarks/emulate_cpu.py``); 8 where products saturate is allowed and said.
 
 The model is exported to ONNX (TorchScript exporter) at its first batch, which fixes the input
 names, quantized, and loaded into an in-memory session; the files live in a temporary folder
