@@ -84,9 +84,10 @@ PRECISION_SETTINGS = (*PRECISIONS, "auto")
 # Paths within the accuracy bound (top-20 and top-100 within 0.2 points of fp32 on the `squad`
 # scale, issue 20) that `auto` picks. Measured on the squad scale (DPR, 10,570 questions,
 # paired; docs/measured.md): bf16 top-20 -0.01, top-100 +0.01; PyTorch's int8 -0.83 / -0.60
-# (outside). int8 through ONNX Runtime sits on the bound: -0.08 / -0.10 on one checkpoint, but
-# -0.16 / -0.21 (8-bit weights) and -0.20 / -0.19 (7-bit, AVX2 kernels) on another, top-100's
-# loss significant in both; so it stays an explicit choice (`precision: int8`), which
+# (outside). int8 through ONNX Runtime sits on the bound: -0.08 / -0.10 on one checkpoint, and
+# on another, each CPU kind's own kernels (emulated), -0.16 / -0.21 (AVX-512 VNNI, 8-bit
+# weights), -0.12 / -0.21 (AVX-512, 7-bit), -0.18 / -0.21 (AVX2, 7-bit), top-100's loss
+# significant; so it stays an explicit choice (`precision: int8`), which
 # ``resolve_precision(allowed=...)`` also lets a caller admit.
 AUTO_PATHS = ("bf16", "fp32")
 # What `auto` picks on a CPU, first matching rule wins: (kind of CPU, any of these
