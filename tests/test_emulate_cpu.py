@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from drpipe import encoders
+from drpipe.environment import cpu_info
 
 REPO = Path(__file__).resolve().parents[1]
 EMULATE = REPO / "benchmarks" / "emulate_cpu.py"
@@ -51,7 +52,7 @@ def run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
 )  # fmt: skip
 def test_emulated_kind_is_what_torch_and_auto_see(kind, isa, kept, gone, auto_kind, bits,
                                                   tmp_path):  # fmt: skip
-    native = set(Path("/proc/cpuinfo").read_text().split())
+    native = set(cpu_info()["flags"])
     if not kept <= native:  # masking only takes features away
         pytest.skip(f"this CPU lacks {sorted(kept - native)}, which kind {kind} keeps")
     proc = run([kind, "--", sys.executable, "-c", PROBE], tmp_path)
@@ -128,7 +129,6 @@ def test_bench_encode_paths_run_as_the_emulated_kind(tmp_path, data_mirror):
 
 
 def test_environment_records_an_emulated_kind(monkeypatch):
-    from drpipe.environment import cpu_info
     from drpipe.provenance import hardware
 
     monkeypatch.delenv("CPUID_MASK", raising=False)
@@ -181,7 +181,7 @@ def test_int8_vectors_follow_the_kernels_not_only_the_width(tmp_path, data_mirro
     cos = (
         (native7 * avx2_7).sum(1) / np.linalg.norm(native7, axis=1) / np.linalg.norm(avx2_7, axis=1)
     )
-    flags = set(Path("/proc/cpuinfo").read_text().split())
+    flags = set(cpu_info()["flags"])
     # This CPU has AVX-512 VNNI: the emulated kind's integer products are exact as its own, and
     # its fp32 kernels the same AVX-512 ones
     if "avx512_vnni" in flags:

@@ -137,9 +137,9 @@ class OnnxInt8(nn.Module):
         self.config = getattr(model, "config", None)
         self._source: nn.Module | None = copy.deepcopy(model).float().eval()
         # Exported with eager attention, not SDPA: ONNX Runtime fuses the eager graph's
-        # attention, and the quantized model ran 1.3-1.7x faster for it (bench_encode, CPU kinds
-        # emulated by benchmarks/emulate_cpu.py: AVX2 1.17x -> 1.56x the fp32 loop, AVX-512
-        # VNNI 1.27x -> 2.01x); the same attention, computed in another order.
+        # attention, and the quantized model ran 13-31% faster for it (bench_encode, CPU kinds
+        # emulated by benchmarks/emulate_cpu.py: AVX2 1.17x -> 1.51x the fp32 loop, AVX-512
+        # VNNI 1.27x -> 1.67x); the same attention, computed in another order.
         if hasattr(self._source, "set_attn_implementation"):
             self._source.set_attn_implementation("eager")
         self._session = None
