@@ -8,7 +8,7 @@ with a message saying so. ``--smoke``: the same code on whatever device there is
 ``tests/test_benchmarks.py``), a tiny random BERT and a few passages: checks that the script
 runs; its figures mean nothing.
 
-``--sections`` picks sections (encoding, questions, training, other_methods, reader).
+``--sections`` picks sections (encoding, questions, training, other_methods, reader, resume).
 
 Data: real SQuAD v1.1 train paragraphs (with their article titles) as passages, the first
 question of each as a question, that paragraph as its positive and another paragraph of the
@@ -48,6 +48,10 @@ vocabulary) for the paper-shaped cost (``--no-bert-base`` leaves it out).
    bf16 against fp32 (same answer, correlation of selection scores); int8 must be refused on a
    GPU with a message saying why; (c) ``drpipe reader choose-k`` and ``predict`` on the fp32 and
    bf16 scores (EM, same predictions). The first model's bf16 reader is the one scored.
+7. Resume (``drpipe.training``): a DPR training stopped after a checkpoint and resumed ends
+   with the uninterrupted run's weights, bitwise, under deterministic kernels; an uninterrupted
+   run twice is the floor, and a resume whose checkpoint lost its CUDA RNG states is the
+   control (its weights must differ on a GPU, where dropout draws from those generators).
 
 Exits non-zero when a check fails (a non-finite loss, a method step that raised, vectors that
 disagree); each failure is in the JSON with its error.
@@ -87,7 +91,7 @@ TOKENIZER_FILES = (
     "tokenizer_config.json",
     "special_tokens_map.json",
 )
-SECTIONS = ("encoding", "questions", "training", "other_methods", "reader")
+SECTIONS = ("encoding", "questions", "training", "other_methods", "reader", "resume")
 RESULT_LINES = (
     r"device: .+ \(torch [\w.+]+\)",
     r"encode \S+ batch \d+: plain fp32 [\d.]+ passages/s; fp32 [\d.]+ \([\d.]+ x\); "
@@ -100,6 +104,7 @@ RESULT_LINES = (
     r"reader score batch \d+: fp32 [\d.]+ pairs/s, bf16 [\d.]+ pairs/s, auto=(bf16|fp32) [\d.]+",
     r"reader bf16 vs fp32: same answer [\d.]+ of \d+ pairs, select r ([\d.]+|n/a)",
     r"reader predict: fp32 EM [\d.]+ \(k=\d+\), bf16 EM [\d.]+ \(k=\d+\)",
+    r"resume on \S+: (identical|DIFFERENT) weights; without the CUDA RNG states (identical|differ)",
     r"checks: (all passed|\d+ failed)",
 )
 
@@ -433,6 +438,71 @@ def training(name: str, init: str, train_file: Path, size: Sizes, repeats: int, 
         res["ratio_bf16_over_fp32"] = round(
             res["bf16"]["examples_per_s"] / res["fp32"]["examples_per_s"], 3
         )
+    return res
+
+
+def resume(init: str, examples: list[dict], size: Sizes, device, tmp: Path) -> dict:
+    """Section 7: a DPR training stopped after a checkpoint and resumed ends with the
+    uninterrupted run's weights on the GPU, where dropout draws from the CUDA generators
+    (``drpipe.training.checkpoints.rng_states``); tests/test_training.py checks it on the CPU.
+
+    Deterministic kernels (``torch.use_deterministic_algorithms``, cuBLAS's fixed workspace)
+    so that equal means bitwise equal; an uninterrupted run twice gives the floor. The control
+    resumes from the same checkpoint with its CUDA states removed (what checkpoints held
+    before they were saved): its weights must differ, or the check could not fail."""
+    import torch
+
+    from drpipe.encoders import BiEncoder
+    from drpipe.io import write_jsonl
+    from drpipe.training.loop import train_model
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    try:
+        train = tmp / "resume.jsonl.gz"
+        batch, steps = size.other_batch, min(4, size.train_steps)  # the smoke's: 2
+        write_jsonl(train, examples[: steps * batch])
+        # dropout on (the packaged config's 0.1): the CUDA generators matter
+        cfg = {**train_cfg(init, batch, size), "epochs": 1, "bf16": "off", "dropout": 0.1,
+               "checkpoint_every": steps // 2}  # fmt: skip
+
+        def weights(directory: Path) -> dict:
+            return {k: v.detach().cpu().clone() for k, v in
+                    BiEncoder.load(directory).state_dict().items()}  # fmt: skip
+
+        def same(a: dict, b: dict) -> bool:
+            return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+        full = train_model("dpr", [train], tmp / "r-full", cfg)
+        train_model("dpr", [train], tmp / "r-again", cfg)
+        out = tmp / "r-killed"
+        # stopped one step after the checkpoint: that step is lost, as in a kill
+        stopped = train_model("dpr", [train], out, cfg, stop_after=steps // 2 + 1)
+        ckpt = out.with_name(out.name + ".ckpt") / "state.pt"
+        control = tmp / "r-control"
+        control.with_name(control.name + ".ckpt").mkdir()
+        state = torch.load(ckpt, weights_only=False)
+        for rank_state in state["rng"]:
+            rank_state["cuda"] = []
+        torch.save(state, control.with_name(control.name + ".ckpt") / "state.pt")
+        resumed = train_model("dpr", [train], out, cfg)
+        res_control = train_model("dpr", [train], control, cfg)
+        w_full = weights(tmp / "r-full")
+        res = {
+            "device": full["device"], "steps": full["steps"], "stopped": stopped,
+            "resumed_from_step": resumed["resumed_from_step"],
+            "control_resumed_from_step": res_control["resumed_from_step"],
+            "uninterrupted_twice_identical": same(w_full, weights(tmp / "r-again")),
+            "resumed_identical": same(w_full, weights(out)),
+            "control_identical": same(w_full, weights(control)),
+            "val_curve_identical": resumed["val_curve"] == full["val_curve"],
+        }  # fmt: skip
+    finally:
+        torch.use_deterministic_algorithms(False)
+    verdict = "identical" if res["resumed_identical"] else "DIFFERENT"
+    ctrl = "identical" if res["control_identical"] else "differ"
+    print(f"resume on {res['device']}: {verdict} weights; without the CUDA RNG states {ctrl}",
+          flush=True)  # fmt: skip
     return res
 
 
@@ -808,6 +878,11 @@ def failures(result: dict) -> list[str]:
                 bad.append(f"reader train {model} bf16 {key}: loss did not fall within the epoch")
     if rd and not rd["scoring"]["ok"]:
         bad.append(f"reader scoring: {rd['scoring']['error']}")
+    rs = result.get("resume")
+    if rs and not rs["ok"]:
+        bad.append(f"resume: {rs['error']}")
+    elif rs and not (rs["uninterrupted_twice_identical"] and rs["resumed_identical"]):
+        bad.append("resume: a resumed run's weights differ from the uninterrupted run's")
     return bad
 
 
@@ -924,6 +999,9 @@ def main() -> int:
             result["other_methods"] = other_methods(first, rows, examples, size, device, tmp)
         if "reader" in sections:
             result["reader"] = reader_section(models, reader_sets, rsize, args.smoke, device, tmp)
+        if "resume" in sections:
+            first = next(iter(models.values()))
+            result["resume"] = attempt(lambda: resume(first, examples, size, device, tmp))
     bad = failures(result)
     result["failed_checks"] = bad
     write_json(args.out, result)

@@ -175,6 +175,7 @@ def main() -> None:
     parser.add_argument(
         "--path-passages", type=int, help=f"passages per path (default {Sizes.n_paths})"
     )
+    parser.add_argument("--init", default=INIT, help=f"encoder init (default {INIT})")
     args = smoke.parse_args(parser)
     size = SMOKE if args.smoke else Sizes()
     if args.path_passages:
@@ -194,13 +195,13 @@ def main() -> None:
             "auto": auto.report(),
             "load_average_at_start": os.getloadavg(),
         },  # fmt: skip
-        "model": INIT,
+        "model": args.init,
         "smoke": args.smoke,
     }
     with tempfile.TemporaryDirectory(prefix="bench_encode_") as tmp:
         tmp = Path(tmp)
         table = squad_passages(max(size.mem_sizes))
-        init = INIT
+        init = args.init
         if args.smoke:
             texts = table.column("title").to_pylist() + table.column("text").to_pylist()
             init = result["model"] = smoke.tiny_bert(tmp / "tiny-bert", texts)
