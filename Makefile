@@ -32,12 +32,14 @@ export PATH := $(abspath $(BIN)):$(PATH)
 install: $(STAMP)
 
 # pip byte-compiles file by file on one core (40 s of a 106-s install here): --no-compile, then
-# compileall on both, torch's files while the rest installs. The .pyc files are needed, as
+# compileall on both cores, torch's files while the rest installs (uv mostly waits on the
+# network meanwhile). The .pyc files are needed, as
 # PYTHONDONTWRITEBYTECODE (set on these machines) stops every later process writing its own.
 # A file that does not compile (torch's Python 3.12 test helpers) is skipped, as pip skips it.
 # torch comes through pip, which reads the machine's pip configuration (where its CPU build
 # lies); the rest through uv, which resolves the same versions in a third of pip's time
-# (21-26 s against ~65 s here), or through pip where uv cannot be installed.
+# (21-26 s against ~65 s here; the whole install 70-77 s against 123 s, quiet), or through pip
+# where uv cannot be installed.
 SITE = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 EXTRAS = .[bm25,mini,workflow,test]
 $(STAMP): pyproject.toml
@@ -45,7 +47,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet uv || echo "uv not installed: pip installs everything"
 	$(BIN)/pip install --quiet --no-compile "$(TORCH)"
-	{ $(BIN)/python -m compileall -qq -j 1 "$(SITE)/torch" > /dev/null & }; \
+	{ $(BIN)/python -m compileall -qq -j 0 "$(SITE)/torch" > /dev/null & }; \
 		if [ -x $(BIN)/uv ]; then \
 			$(BIN)/uv pip install --quiet --python $(BIN)/python -e "$(EXTRAS)"; \
 		else \
