@@ -39,7 +39,7 @@ install: $(STAMP)
 # torch comes through pip, which reads the machine's pip configuration (where its CPU build
 # lies); the rest through uv, which resolves the same versions in a third of pip's time
 # (21-26 s against ~65 s here; the whole install 70-77 s against 123 s, quiet), or through pip
-# where uv cannot be installed.
+# where uv cannot be installed or fails.
 SITE = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 EXTRAS = .[bm25,mini,workflow,test]
 $(STAMP): pyproject.toml
@@ -48,11 +48,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet uv || echo "uv not installed: pip installs everything"
 	$(BIN)/pip install --quiet --no-compile "$(TORCH)"
 	{ $(BIN)/python -m compileall -qq -j 0 "$(SITE)/torch" > /dev/null & }; \
-		if [ -x $(BIN)/uv ]; then \
-			$(BIN)/uv pip install --quiet --python $(BIN)/python -e "$(EXTRAS)"; \
-		else \
-			$(BIN)/pip install --quiet --no-compile -e "$(EXTRAS)"; \
-		fi; \
+		{ [ -x $(BIN)/uv ] && $(BIN)/uv pip install --quiet --python $(BIN)/python -e "$(EXTRAS)"; } \
+		|| $(BIN)/pip install --quiet --no-compile -e "$(EXTRAS)"; \
 		status=$$?; wait; exit $$status
 	$(BIN)/python -m compileall -qq -j 0 "$(SITE)" > /dev/null || true
 	touch $@
