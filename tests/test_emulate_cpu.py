@@ -145,7 +145,9 @@ with gzip.open(os.path.join(os.environ["DATA_MIRROR"], "squad",
     squad = json.load(fh)
 pairs = [(a["title"], p["context"]) for a in squad["data"][:2] for p in a["paragraphs"]][:16]
 """
-ENCODE = PAIRS + """
+ENCODE = (
+    PAIRS
+    + """
 import sys
 import numpy as np, torch
 from drpipe.encoders import BiEncoder
@@ -158,6 +160,7 @@ for bits in sys.argv[3:]:
     out[bits] = vec.float().numpy()
 np.savez(sys.argv[1], **out)
 """
+)
 
 
 @needs_cpuid_faulting
@@ -166,7 +169,6 @@ def test_int8_vectors_follow_the_kernels_not_only_the_width(tmp_path, data_mirro
     without VNNI runs others: with the same 7-bit weights its vectors differ, slightly, so
     ``int8_weight_bits: 7`` here measures the width's cost, not that CPU's."""
     import numpy as np
-
     from tiny_models import save_tiny_bert
 
     env = {**os.environ, "TMPDIR": str(tmp_path), "DATA_MIRROR": str(data_mirror)}
