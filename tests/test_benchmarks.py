@@ -9,10 +9,10 @@ import ast
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -38,56 +38,36 @@ def test_benchmarks_found() -> None:
     assert BENCHMARKS, f"no bench_*.py in {REPO / 'benchmarks'}"
 
 
-# Two smokes at a time: each is one single-threaded process that spends much of its time
-# starting up (imports, model loads), so a pair finishes in little more than the time of one.
-PARALLEL = 2
-
-
-@pytest.fixture(scope="module")
-def smoke_runs(tmp_path_factory, data_mirror: Path):
-    """Every benchmark's smoke run, started at once, ``PARALLEL`` at a time: ``{path: future
-    of (completed process, seconds, result file)}``."""
-    # The benchmark imports the same drpipe as this test process.
-    package_root = str(Path(drpipe.__file__).resolve().parents[1])
-
-    def run(bench: Path) -> tuple[subprocess.CompletedProcess, float, Path]:
-        tmp = tmp_path_factory.mktemp(bench.stem)
-        out = tmp / "result.json"
-        env = {
-            **os.environ,
-            "DATA_MIRROR": str(data_mirror),
-            "PYTHONPATH": os.pathsep.join(
-                [package_root, *filter(None, [os.environ.get("PYTHONPATH")])]
-            ),
-            "TMPDIR": str(tmp),  # the benchmarks' scratch folders land here too
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-        }
-        t0 = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, str(bench), "--smoke", "--out", str(out)],
-            cwd=tmp,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        return proc, time.perf_counter() - t0, out
-
-    with ThreadPoolExecutor(PARALLEL) as pool:
-        futures = {bench: pool.submit(run, bench) for bench in BENCHMARKS}
-        yield futures
-        for f in futures.values():  # a test that did not run (-k) leaves its future
-            f.cancel()
-
-
 @pytest.mark.parametrize("bench", BENCHMARKS, ids=lambda p: p.stem)
-def test_benchmark_smoke(bench: Path, smoke_runs) -> None:
+def test_benchmark_smoke(bench: Path, tmp_path: Path, data_mirror: Path) -> None:
     patterns = result_lines(bench)
     assert patterns, f"{bench.name} declares no RESULT_LINES"
-    proc, seconds, out = smoke_runs[bench].result()
-    print(f"{bench.name} --smoke: {seconds:.1f} s wall ({PARALLEL} smokes at a time)")
+    out = tmp_path / "result.json"
+    # The benchmark imports the same drpipe as this test process.
+    package_root = str(Path(drpipe.__file__).resolve().parents[1])
+    env = {
+        **os.environ,
+        "DATA_MIRROR": str(data_mirror),
+        "PYTHONPATH": os.pathsep.join(
+            [package_root, *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+        "TMPDIR": str(tmp_path),  # the benchmarks' scratch folders land here too
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run(
+        [sys.executable, str(bench), "--smoke", "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    seconds, cpu = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = cpu.ru_utime + cpu.ru_stime - cpu0.ru_utime - cpu0.ru_stime
+    print(f"{bench.name} --smoke: {seconds:.1f} s wall, {cpu_s:.1f} s CPU")
     assert proc.returncode == 0, f"{bench.name} failed:\n{proc.stderr[-4000:]}"
     missing = [p for p in patterns if not re.search(p, proc.stdout)]
     assert not missing, f"{bench.name} did not print {missing}; stdout:\n{proc.stdout[-4000:]}"
