@@ -4,6 +4,7 @@ segmentation fault is still one; and ``cpu_flags`` follows torch's CPUID view.""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -138,29 +139,22 @@ def test_environment_records_an_emulated_kind(monkeypatch):
     assert hardware()["cpu_emulated_kind"] == "avx2"
 
 
-PAIRS = """
-import gzip, json, os
-with gzip.open(os.path.join(os.environ["DATA_MIRROR"], "squad",
-               "squad-dev-v1.1.reconstructed.json.gz"), "rt") as fh:
-    squad = json.load(fh)
-pairs = [(a["title"], p["context"]) for a in squad["data"][:2] for p in a["paragraphs"]][:16]
-"""
-ENCODE = (
-    PAIRS
-    + """
-import sys
+# The children encode the passages the test writes (title, text pairs in JSON).
+ENCODE = """
+import json, sys
 import numpy as np, torch
 from drpipe.encoders import BiEncoder
+with open(sys.argv[3]) as fh:
+    pairs = json.load(fh)
 bi = BiEncoder.from_init(sys.argv[2], pooling="mean", tied=True, max_passage_len=128)
 out = {}
-for bits in sys.argv[3:]:
+for bits in sys.argv[4:]:
     model = bi.for_inference("int8", int(bits))
     with torch.inference_mode():
         vec = model.passage(model.tokenize_passages([t for t, _ in pairs], [x for _, x in pairs]))
     out[bits] = vec.float().numpy()
 np.savez(sys.argv[1], **out)
 """
-)
 
 
 @needs_cpuid_faulting
@@ -174,13 +168,16 @@ def test_int8_vectors_follow_the_kernels_not_only_the_width(tmp_path, data_mirro
     env = {**os.environ, "TMPDIR": str(tmp_path), "DATA_MIRROR": str(data_mirror)}
     # A tiny random BERT shows the kernels' effect as MiniLM does (measured: 8-bit bitwise
     # equal as AVX-512 VNNI, 7-bit different as AVX2), in a fraction of the time.
-    scope: dict = {}
-    exec(PAIRS, scope)  # the same 16 real passages the children encode
-    init = save_tiny_bert(tmp_path / "tiny-bert", [t for pair in scope["pairs"] for t in pair])
+    with gzip.open(data_mirror / "squad" / "squad-dev-v1.1.reconstructed.json.gz", "rt") as fh:
+        squad = json.load(fh)
+    pairs = [(a["title"], p["context"]) for a in squad["data"][:2] for p in a["paragraphs"]][:16]
+    pairs_file = tmp_path / "pairs.json"
+    pairs_file.write_text(json.dumps(pairs))
+    init = save_tiny_bert(tmp_path / "tiny-bert", [t for pair in pairs for t in pair])
 
     def encode(kind: str | None, *bits: int) -> dict[str, np.ndarray]:
         out = tmp_path / f"{kind}.npz"
-        cmd = [sys.executable, "-c", ENCODE, str(out), init, *map(str, bits)]
+        cmd = [sys.executable, "-c", ENCODE, str(out), init, str(pairs_file), *map(str, bits)]
         cmd = [sys.executable, str(EMULATE), kind, "--", *cmd] if kind else cmd
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
