@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import tiny_run as runs
+from bench_smoke import run_name as bench_smoke_run_name
 from workflow_util import mirror_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,6 +83,13 @@ def fake_slurm_run(shared_tmp, data_mirror) -> Path:
     return runs.build(shared_tmp, "fake-slurm")
 
 
+@pytest.fixture
+def bench_smoke(request, shared_tmp, data_mirror) -> Path:
+    """The smoke run of the benchmark ``request.param`` (a path; parametrise indirectly):
+    the folder of its record (bench_smoke.py)."""
+    return runs.build(shared_tmp, bench_smoke_run_name(request.param))
+
+
 @pytest.fixture(scope="session")
 def reduced_rehearsal(shared_tmp, data_mirror) -> Path:
     """The paper scale's structure on stand-ins: NQ and each paper's Multi set (tiny_run)."""
@@ -100,10 +108,7 @@ _THREADS: tuple[int, str | None] | None = None
 def pytest_collection_modifyitems(config, items):
     """Tests that need no tiny run first; start building the runs the others need."""
     global _BUILDER
-    needs = {
-        i.nodeid: {r for f in runs.NEEDS if f in getattr(i, "fixturenames", ()) for r in runs.NEEDS[f]}
-        for i in items
-    }  # fmt: skip
+    needs = {i.nodeid: runs.runs_needed(i) for i in items}
 
     def ready(item) -> int:  # builder steps until the last run the item needs is there
         return max((runs.ORDER.index(r) + 1 for r in needs[item.nodeid]), default=0)

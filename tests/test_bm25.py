@@ -358,18 +358,14 @@ def test_two_field_bm25_is_the_sum_of_per_field_bm25(tmp_path):
         for r in pq.read_table(tmp_path / "two.parquet").to_pylist()
     }
     want: dict[tuple[str, int], float] = {}
+    title_hits = 0
     for index, name in ((text_only, "x"), (title_only, "t")):
         bm25.search(index, qpath, tmp_path / f"{name}.parquet", CFG)
         for r in pq.read_table(tmp_path / f"{name}.parquet").to_pylist():
             want[(r["qid"], r["pid"])] = want.get((r["qid"], r["pid"]), 0.0) + r["score"]
+            title_hits += name == "t" and r["score"] > 0
     assert got.keys() == want.keys()
     for key, score in want.items():
         assert got[key] == pytest.approx(score, abs=2e-4), key  # each run rounds to 4 decimals
-    # The single-field index ranks differently: it is another model of the passage.
-    single = _index_of(tmp_path / "one", docs, "single")
-    bm25.search(single, qpath, tmp_path / "one.parquet", CFG)
-    one = {
-        (r["qid"], r["pid"]): r["score"]
-        for r in pq.read_table(tmp_path / "one.parquet").to_pylist()
-    }
-    assert one != got
+    # The titles count: the sum is not the text field's BM25 alone.
+    assert title_hits > 0

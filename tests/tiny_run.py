@@ -31,6 +31,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+import bench_smoke
 import yaml
 from slurm_run import build_fake_slurm_run
 from workflow_util import REPO, copy_run, snakemake, touched_run
@@ -248,6 +249,8 @@ def build(root: Path, name: str) -> Path:
     if name == "fake-slurm":
         dpr = build(root, "tiny-dpr")
         return once(root, name, lambda work: build_fake_slurm_run(dpr, work, DPR_OVERLAY))
+    if name in SMOKES:
+        return once(root, name, lambda work: bench_smoke.run_smoke(SMOKES[name], work))
     raise ValueError(f"no tiny run named {name!r}")
 
 
@@ -261,14 +264,30 @@ NEEDS = {
     "reduced_rehearsal": ("rehearsal-reduced",),
     "fake_slurm_run": ("tiny-dpr", "fake-slurm"),
 }
+# The benchmarks' smoke runs (bench_smoke.py), one per benchmark; test_benchmarks.py asks
+# for them through its ``bench_smoke`` fixture, parametrised by benchmark.
+SMOKES = {bench_smoke.run_name(b): b for b in bench_smoke.BENCHMARKS}
 # The order the background builder makes them (the touched DAG takes seconds), and in which
-# the tests that read them run: each test as soon as the last run it needs is there.
+# the tests that read them run: each test as soon as the last run it needs is there. The
+# smokes come last: by then the tests leave the builder a core of its own.
 ORDER = ("tiny-touched", "tiny-dpr", "tiny-all", "tiny-dpr-again", "tiny-audited", "fake-slurm",
-         "rehearsal-reduced")  # fmt: skip
+         "rehearsal-reduced", *SMOKES)  # fmt: skip
+
 # Runs that mostly wait (the fake SLURM's status checks), and the run each copies: the builder
 # starts one in a thread of its own as soon as that run is built, and goes on beside it. (It
 # never builds a run itself: workflow_util's Snakemake zygote serves one thread at a time.)
 BESIDE = {"fake-slurm": "tiny-dpr"}
+
+
+def runs_needed(item) -> set[str]:
+    """The runs a collected test ``item`` reads: its fixtures' (NEEDS), and its benchmark's
+    smoke run where it asks for one."""
+    fixtures = getattr(item, "fixturenames", ())
+    names = {r for f in NEEDS if f in fixtures for r in NEEDS[f]}
+    callspec = getattr(item, "callspec", None)
+    if "bench_smoke" in fixtures and callspec is not None and "bench_smoke" in callspec.params:
+        names.add(bench_smoke.run_name(callspec.params["bench_smoke"]))
+    return names
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,86 @@
+"""Each ``benchmarks/bench_*.py`` run in smoke mode (the same code path at the smallest size,
+with a tiny BERT), as ``make bench`` would run it, writing only under the folder it is given.
+
+test_benchmarks.py checks what a run recorded. The runs are started by the session's background
+builder (tiny_run.py) once it has built the tiny runs, on the core the tests leave free, or by
+the test's fixture where there is no builder: a smoke is one process of its own either way.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from workflow_util import REPO, mirror_dir
+
+BENCHMARKS = sorted((REPO / "benchmarks").glob("bench_*.py"))
+RECORD = "record.json"
+RESULT = "result.json"
+TIMEOUT = 600
+
+
+def run_name(bench: Path) -> str:
+    """The builder's name for ``bench``'s smoke run (tiny_run.ORDER)."""
+    return f"smoke-{bench.stem}"
+
+
+def result_lines(path: Path) -> list[str]:
+    """The benchmark's ``RESULT_LINES`` patterns, read from its source without importing it."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "RESULT_LINES" for t in node.targets
+        ):
+            return list(ast.literal_eval(node.value))
+    return []
+
+
+def _text(out: bytes | str | None) -> str:
+    """A timed-out run's output (TimeoutExpired keeps it as bytes even where text was asked)."""
+    return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
+
+
+def run_smoke(bench: Path, work: Path) -> Path:
+    """``bench --smoke`` run in ``work`` (created; its scratch folders land there too), with
+    what it did recorded in ``work/record.json``: exit status, output, wall and CPU seconds."""
+    import drpipe
+
+    work.mkdir()
+    # The benchmark imports the same drpipe as the tests.
+    package_root = str(Path(drpipe.__file__).resolve().parents[1])
+    env = {
+        **os.environ,
+        "DATA_MIRROR": str(mirror_dir()),
+        "PYTHONPATH": os.pathsep.join(
+            [package_root, *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+        "TMPDIR": str(work),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(bench), "--smoke", "--out", str(work / RESULT)],
+            cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT,
+        )  # fmt: skip
+        returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        returncode, stdout = None, _text(exc.stdout)
+        stderr = f"timed out after {TIMEOUT} s\n{_text(exc.stderr)}"
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    record = {
+        "bench": str(bench), "returncode": returncode, "stdout": stdout, "stderr": stderr,
+        "seconds": time.perf_counter() - t0,
+        "cpu_seconds": cpu.ru_utime + cpu.ru_stime - cpu0.ru_utime - cpu0.ru_stime,
+    }  # fmt: skip
+    tmp = work / f"{RECORD}.tmp"
+    tmp.write_text(json.dumps(record))
+    tmp.rename(work / RECORD)
+    return work
