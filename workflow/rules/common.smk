@@ -31,7 +31,7 @@ if Path(drpipe.__file__).resolve().parent != PKG.resolve():
 
 # libyaml's loader where PyYAML has it: config.yaml and its schema parse 10x faster, a fifth
 # of a second off every Snakemake start (the same documents either way).
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+YamlSafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 SCHEMA = Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"
 DEFAULT_CONFIG = Path(workflow.basedir) / "config.yaml"
 
@@ -42,7 +42,7 @@ def _user_config_files():
     for path in workflow.overwrite_configfiles or []:
         if Path(path).resolve() != DEFAULT_CONFIG.resolve():
             with open(path) as fh:
-                out.append(yaml.load(fh, Loader=YAML_LOADER) or {})
+                out.append(yaml.load(fh, Loader=YamlSafeLoader) or {})
     return out
 
 
@@ -50,8 +50,8 @@ with open(SCHEMA) as _fh, open(DEFAULT_CONFIG) as _dfh:
     # defaults < scale overlay < --configfile < --config key=value; every scale is validated
     # and errors name the key.
     C = resolve_config(
-        yaml.load(_dfh, Loader=YAML_LOADER),
-        yaml.load(_fh, Loader=YAML_LOADER),
+        yaml.load(_dfh, Loader=YamlSafeLoader),
+        yaml.load(_fh, Loader=YamlSafeLoader),
         dict(workflow.config_settings.config),
         user_files=_user_config_files(),
     )
