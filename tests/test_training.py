@@ -263,6 +263,9 @@ def test_real_minilm_short_run_lowers_loss(tmp_path, data_mirror):
         "val_fraction": 0.0,
         "checkpoint_every": 0,
         "dropout": 0.0,
+        # The threads this process has (one while the background builder runs, conftest.py):
+        # the loop's default, every core, would spin against the builder's jobs.
+        "threads": torch.get_num_threads(),
     }
     model = build_model(cfg).eval()
     method = get_method("dpr", cfg)

@@ -243,6 +243,9 @@ def test_real_minilm_short_run_lowers_loss_and_beats_the_initial_encoder(tmp_pat
         "dropout": 0.0,
         "bf16": "off",
         "val_fraction": 0.0,
+        # The threads this process has (one while the background builder runs, conftest.py):
+        # the loop's default, every core, would spin against the builder's jobs.
+        "threads": torch.get_num_threads(),
     }
     init = build_model(cfg).eval()
     from drpipe.methods import get_method
