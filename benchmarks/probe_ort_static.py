@@ -26,28 +26,20 @@ mean cosine to the fp32 vectors.
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import shutil
-import statistics
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_encode import INIT, squad_passages  # noqa: E402
-from probe_openvino import BATCH, MAX_LEN, ROUNDS  # noqa: E402
-
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-
-
-def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a / np.linalg.norm(a, axis=1, keepdims=True)
-    b = b / np.linalg.norm(b, axis=1, keepdims=True)
-    return (a * b).sum(1)
+from probe_paths import (  # noqa: E402
+    INPUTS,
+    load,
+    measure,
+    parse_args,
+    report,
+    tokeniser,
+    torch_run,
+)
 
 
 def variants(calibration: list[dict]) -> dict[str, type]:
@@ -106,62 +98,29 @@ def variants(calibration: list[dict]) -> dict[str, type]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--passages", type=int, default=256)
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args()
+    args = parse_args(__doc__)
     import onnxruntime
     import torch
 
-    from drpipe.encoders import HIDDEN, BiEncoder, tokenize_passages
+    from drpipe.encoders import HIDDEN
     from drpipe.quantize import int8_backend
 
     torch.set_num_threads(2)
-    table = squad_passages(args.passages)
-    titles, texts = table.column("title").to_pylist(), table.column("text").to_pylist()
-    bi = BiEncoder.from_init(INIT, pooling="mean", tied=True, max_passage_len=MAX_LEN)
-    bi.passage.eval()
-    order = np.argsort([len(a) + len(b) for a, b in zip(titles, texts, strict=True)], kind="stable")
-
-    def tokenise() -> list[dict]:
-        return [tokenize_passages(bi.tokenizer, [titles[i] for i in order[s : s + BATCH]],
-                                  [texts[i] for i in order[s : s + BATCH]], MAX_LEN)
-                for s in range(0, len(order), BATCH)]  # fmt: skip
-
+    bi = load()
+    tokenise = tokeniser(bi, args.passages)
     batches = tokenise()
     calibration = [{k: b[k].numpy() for k in INPUTS} for b in batches[:2]]
     encoders = {"torch_fp32": bi.passage, "ort_int8": bi.for_inference("int8").passage}
     for name, cls in variants(calibration).items():
         encoders[name] = bi.with_models(lambda m, cls=cls: cls(m, HIDDEN)).passage
-
-    def run(encoder):
-        with torch.inference_mode():
-            return np.concatenate([encoder(b).float().numpy() for b in batches])
-
-    paths = {"tokenise": tokenise, **{n: (lambda e=e: run(e)) for n, e in encoders.items()}}
-    for fn in paths.values():  # warm-up, and the ONNX paths' export and quantization
-        fn()
-    seconds: dict[str, list[float]] = {k: [] for k in paths}
-    vectors: dict[str, np.ndarray] = {}
-    for _ in range(ROUNDS):
-        for name, fn in paths.items():
-            t0 = time.perf_counter()
-            vectors[name] = fn()
-            seconds[name].append(time.perf_counter() - t0)
-    tok = statistics.median(seconds.pop("tokenise"))
-    base = statistics.median(seconds["torch_fp32"])
+    paths = {"tokenise": tokenise,
+             **{n: (lambda e=e: torch_run(e, batches)) for n, e in encoders.items()}}  # fmt: skip
     result = {
-        "emulated_cpu_kind": os.environ.get("CPUID_MASK"), "passages": len(order),
+        "passages": args.passages,
         "onnxruntime": onnxruntime.__version__, "int8_backend": int8_backend(),
-        "paths": {name: {"model_only_over_fp32": round(base / statistics.median(s), 2),
-                         "with_tokenising_over_fp32": round((base + tok) / (statistics.median(s) + tok), 2),
-                         "min_cosine_to_fp32": round(float(cosines(vectors[name], vectors["torch_fp32"]).min()), 4),
-                         "mean_cosine_to_fp32": round(float(cosines(vectors[name], vectors["torch_fp32"]).mean()), 4)}
-                  for name, s in seconds.items()},
+        "paths": measure(paths),
     }  # fmt: skip
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result))
+    report(result, args.out)
 
 
 if __name__ == "__main__":
