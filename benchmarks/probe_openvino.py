@@ -14,8 +14,8 @@ every path for the second ratio), in one process, rounds alternating, medians:
   group at run time).
 
 Run as another kind of CPU under ``benchmarks/emulate_cpu.py KIND --``. Prints one JSON line:
-each path's speed over ``torch_fp32`` (model only, then with tokenising) and its minimum and mean cosine
-to the fp32 vectors.
+each path's speed over ``torch_fp32`` (model only, then with tokenising) and its minimum and
+mean cosine to the fp32 vectors.
 
     python benchmarks/probe_openvino.py [--passages 256] [--out FILE]
 """
