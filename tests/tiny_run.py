@@ -13,6 +13,9 @@ session fixtures in conftest.py call these).
 Each Snakemake job pays its own start-up (imports, model loads), so sharing the DPR jobs and
 running them once is most of the saving; a test that changes files works on a copy.
 
+The builder also runs each benchmark's smoke (bench_smoke.py) after the tiny runs, as a run
+named ``smoke-<benchmark>``: by then the tests leave it a core of its own.
+
 ``build(root, name)`` builds a run by name (and the runs it starts from), once: the session
 fixtures call it, and so does a background process (``python tests/tiny_run.py ROOT NAME...``,
 started by conftest.py when the collected tests need tiny runs) that builds them on both cores
