@@ -13,9 +13,8 @@ every path for the second ratio), in one process, rounds alternating, medians:
 - ``ov_int8_weights``: NNCF int8 weight compression (OpenVINO quantizes activations per
   group at run time).
 
-Run as another kind of CPU under ``benchmarks/emulate_cpu.py KIND --``. Prints one JSON line:
-each path's speed over ``torch_fp32`` (model only, then with tokenising) and its minimum and
-mean cosine to the fp32 vectors.
+Run as another kind of CPU under ``benchmarks/emulate_cpu.py KIND --``. Prints one JSON line
+(``probe_paths.measure``: each path's speed over ``torch_fp32`` and its cosines to it).
 
     python benchmarks/probe_openvino.py [--passages 256] [--out FILE]
 """
@@ -28,26 +27,18 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from probe_paths import (  # noqa: E402
-    INPUTS,
-    load,
-    measure,
-    parse_args,
-    report,
-    tokeniser,
-    torch_run,
-)
+import probe_paths as harness  # noqa: E402
 
 
 def main() -> None:
-    args = parse_args(__doc__)
+    args = harness.parse_args(__doc__)
     import nncf
     import openvino as ov
     import torch
 
     torch.set_num_threads(2)
-    bi, bi_eager = load(), load(eager=True)
-    tokenise = tokeniser(bi, args.passages)
+    bi, bi_eager = harness.load(), harness.load(eager=True)
+    tokenise = harness.tokeniser(bi, args.passages)
     batches = tokenise()
 
     class Inputs(torch.nn.Module):  # positional inputs for the converter
@@ -59,10 +50,10 @@ def main() -> None:
             return self.encoder({"input_ids": input_ids, "attention_mask": attention_mask,
                                  "token_type_ids": token_type_ids})  # fmt: skip
 
-    example = {k: batches[0][k] for k in INPUTS}
-    shapes = [(k, [-1, -1], ov.Type.i64) for k in INPUTS]
+    example = {k: batches[0][k] for k in harness.INPUTS}
+    shapes = [(k, [-1, -1], ov.Type.i64) for k in harness.INPUTS]
     model = ov.convert_model(Inputs(bi_eager.passage), example_input=example, input=shapes)
-    calibration = nncf.Dataset([{k: b[k].numpy() for k in INPUTS} for b in batches[:2]])
+    calibration = nncf.Dataset([{k: b[k].numpy() for k in harness.INPUTS} for b in batches[:2]])
     # NNCF may transform the model it is given in place: each gets its own copy
     static = nncf.quantize(model.clone(), calibration, model_type=nncf.ModelType.TRANSFORMER)
     weights = nncf.compress_weights(model.clone(), mode=nncf.CompressWeightsMode.INT8_ASYM)
@@ -75,16 +66,16 @@ def main() -> None:
     ort = bi.for_inference("int8").passage
 
     def ov_run(c):
-        return np.concatenate([c({k: b[k].numpy() for k in INPUTS})[0] for b in batches])
+        return np.concatenate([c({k: b[k].numpy() for k in harness.INPUTS})[0] for b in batches])
 
-    paths = {"tokenise": tokenise, "torch_fp32": lambda: torch_run(bi.passage, batches),
-             "ort_int8": lambda: torch_run(ort, batches)}  # fmt: skip
+    paths = {"tokenise": tokenise, "torch_fp32": lambda: harness.torch_run(bi.passage, batches),
+             "ort_int8": lambda: harness.torch_run(ort, batches)}  # fmt: skip
     paths.update({name: (lambda c=c: ov_run(c)) for name, c in compiled.items()})
     result = {
         "passages": args.passages,
-        "openvino": ov.get_version(), "nncf": nncf.__version__, "paths": measure(paths),
+        "openvino": ov.get_version(), "nncf": nncf.__version__, "paths": harness.measure(paths),
     }  # fmt: skip
-    report(result, args.out)
+    harness.report(result, args.out)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,8 @@ process, rounds alternating, medians:
 - ``ort_static_u8u8``: ``ort_static`` with u8 weights (8-bit; the kernels ONNX Runtime
   recommends on x86 without VNNI, whose products cannot saturate).
 
-Run as another kind of CPU under ``benchmarks/emulate_cpu.py KIND --``. Prints one JSON line:
-each path's speed over ``torch_fp32`` (model only, then with tokenising) and its minimum and
-mean cosine to the fp32 vectors.
+Run as another kind of CPU under ``benchmarks/emulate_cpu.py KIND --``. Prints one JSON line
+(``probe_paths.measure``: each path's speed over ``torch_fp32`` and its cosines to it).
 
     python benchmarks/probe_ort_static.py [--passages 256] [--out FILE]
 """
@@ -31,15 +30,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from probe_paths import (  # noqa: E402
-    INPUTS,
-    load,
-    measure,
-    parse_args,
-    report,
-    tokeniser,
-    torch_run,
-)
+import probe_paths as harness  # noqa: E402
 
 
 def variants(calibration: list[dict]) -> dict[str, type]:
@@ -98,7 +89,7 @@ def variants(calibration: list[dict]) -> dict[str, type]:
 
 
 def main() -> None:
-    args = parse_args(__doc__)
+    args = harness.parse_args(__doc__)
     import onnxruntime
     import torch
 
@@ -106,21 +97,21 @@ def main() -> None:
     from drpipe.quantize import int8_backend
 
     torch.set_num_threads(2)
-    bi = load()
-    tokenise = tokeniser(bi, args.passages)
+    bi = harness.load()
+    tokenise = harness.tokeniser(bi, args.passages)
     batches = tokenise()
-    calibration = [{k: b[k].numpy() for k in INPUTS} for b in batches[:2]]
+    calibration = [{k: b[k].numpy() for k in harness.INPUTS} for b in batches[:2]]
     encoders = {"torch_fp32": bi.passage, "ort_int8": bi.for_inference("int8").passage}
     for name, cls in variants(calibration).items():
         encoders[name] = bi.with_models(lambda m, cls=cls: cls(m, HIDDEN)).passage
     paths = {"tokenise": tokenise,
-             **{n: (lambda e=e: torch_run(e, batches)) for n, e in encoders.items()}}  # fmt: skip
+             **{n: (lambda e=e: harness.torch_run(e, batches)) for n, e in encoders.items()}}  # fmt: skip
     result = {
         "passages": args.passages,
         "onnxruntime": onnxruntime.__version__, "int8_backend": int8_backend(),
-        "paths": measure(paths),
+        "paths": harness.measure(paths),
     }  # fmt: skip
-    report(result, args.out)
+    harness.report(result, args.out)
 
 
 if __name__ == "__main__":

@@ -275,7 +275,6 @@ SMOKES = {bench_smoke.run_name(b): b for b in bench_smoke.BENCHMARKS}
 # smokes come last: by then the tests leave the builder a core of its own.
 ORDER = ("tiny-touched", "tiny-dpr", "tiny-all", "tiny-dpr-again", "tiny-audited", "fake-slurm",
          "rehearsal-reduced", *SMOKES)  # fmt: skip
-
 # Runs that mostly wait (the fake SLURM's status checks), and the run each copies: the builder
 # starts one in a thread of its own as soon as that run is built, and goes on beside it. (It
 # never builds a run itself: workflow_util's Snakemake zygote serves one thread at a time.)
@@ -287,9 +286,9 @@ def runs_needed(item) -> set[str]:
     smoke run where it asks for one."""
     fixtures = getattr(item, "fixturenames", ())
     names = {r for f in NEEDS if f in fixtures for r in NEEDS[f]}
-    callspec = getattr(item, "callspec", None)
-    if "bench_smoke" in fixtures and callspec is not None and "bench_smoke" in callspec.params:
-        names.add(bench_smoke.run_name(callspec.params["bench_smoke"]))
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if "bench_smoke" in params:
+        names.add(bench_smoke.run_name(params["bench_smoke"]))
     return names
 
 
