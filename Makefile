@@ -54,12 +54,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m compileall -qq -j 0 "$(SITE)" > /dev/null || true
 	touch $@
 
+# The targets come before SNAKEMAKE_ARGS: an option that takes several values
+# (--forcerun RULE..., --until, -q) would otherwise read them as its own.
 run: install
-	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(SNAKEMAKE_ARGS) $(TARGET) \
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(TARGET) $(SNAKEMAKE_ARGS) \
 		$(if $(CONFIG),--config $(CONFIG))
 
 squad: install
-	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(SNAKEMAKE_ARGS) $(TARGET) \
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(TARGET) $(SNAKEMAKE_ARGS) \
 		--config scale=squad $(CONFIG)
 
 # The paper scale rehearsed on CPU before GPU-days are spent (config scales.rehearsal): every
@@ -68,8 +70,8 @@ squad: install
 REHEARSAL_DIR ?= rehearsal
 rehearse: install
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --directory $(REHEARSAL_DIR) \
-		$(SNAKEMAKE_ARGS) results/run_summary.md --config scale=rehearsal $(CONFIG)
-	cat $(REHEARSAL_DIR)/results/run_summary.md
+		results/run_summary.md $(SNAKEMAKE_ARGS) --config scale=rehearsal $(CONFIG)
+	$(if $(filter -n --dry-run --dryrun,$(SNAKEMAKE_ARGS)),,cat $(REHEARSAL_DIR)/results/run_summary.md)
 
 # Audit a finished run without rebuilding anything: lineage of every table cell, what the
 # current config and code would rerun (pass the run's SNAKEMAKE_ARGS, e.g. --config
@@ -104,9 +106,18 @@ format: install
 
 # make bench BENCH_ARGS=--smoke: every benchmark at its smallest size, seconds each (figures
 # meaningless, written to results/benchmarks/smoke/); tests/test_benchmarks.py runs the same.
+# Every benchmark runs even if one fails (the failures are named at the end); bench_cuda.py
+# measures the CUDA paths and is skipped where torch sees no GPU (its --smoke runs on CPU).
 BENCH_ARGS ?=
+NO_CUDA = ! $(BIN)/python -c 'import sys, torch; sys.exit(not torch.cuda.is_available())'
 bench: install
-	for b in benchmarks/bench_*.py; do $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
+	@failed=; for b in benchmarks/bench_*.py; do \
+		if [ $$b = benchmarks/bench_cuda.py ] && [ -z "$(filter --smoke,$(BENCH_ARGS))" ] \
+			&& $(NO_CUDA); then echo "skipped $$b: torch sees no CUDA GPU"; continue; fi; \
+		echo "$(BIN)/python $$b $(BENCH_ARGS)"; \
+		$(BIN)/python $$b $(BENCH_ARGS) || failed="$$failed $$b"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make bench: failed:$$failed" >&2; exit 1; fi
 
 clean:
 	rm -rf results .snakemake $(REHEARSAL_DIR)

@@ -1,5 +1,5 @@
 # drpipe: Wikipedia dump -> passages -> BM25 / dense retrievers -> the papers' tables.
-# Usage: snakemake --profile profiles/default results/table2.csv   (scale from config.yaml)
+# Usage: snakemake --cores all results/table2.csv   (scale from config.yaml; or `make run`)
 #        snakemake --profile profiles/slurm --config scale=paper results/table2.csv
 
 

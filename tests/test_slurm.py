@@ -124,6 +124,25 @@ def test_paper_scale_plan_has_every_method_on_all_five_datasets_quickly(tmp_path
     assert cpu <= PLAN_SECONDS, f"the dry run took {cpu:.1f} s of CPU (> {PLAN_SECONDS} s)"
 
 
+def test_the_cluster_command_runs_with_the_slurm_profiles_settings(monkeypatch):
+    """Snakemake adds profiles/default (the workflow profile) to `--profile profiles/slurm`,
+    and its values win. It once held `cores: all`, which capped every cluster job's threads
+    at the login node's cores (bm25_index's 32 became 2 here), and `latency-wait: 5`, which
+    replaced the cluster's 60 s."""
+    from snakemake.cli import parse_args
+
+    monkeypatch.chdir(REPO)  # where users run it: Snakemake finds both profiles from here
+    _, args = parse_args(["--profile", "profiles/slurm", "results/table2.csv"])
+    slurm = slurm_profile()
+    assert args.cores is None  # remote jobs keep their set-threads
+    assert (args.executor, args.jobs, args.latency_wait, args.retries) == (
+        slurm["executor"], slurm["jobs"], slurm["latency-wait"], slurm["retries"]
+    )  # fmt: skip
+    # The workflow profile holds nothing an executor's profile would set otherwise.
+    default = yaml.safe_load((REPO / "profiles/default/config.yaml").read_text())
+    assert {k: v for k, v in default.items() if slurm.get(k) != v} == {}
+
+
 # --------------------------------------------------------------------------- fake SLURM
 
 

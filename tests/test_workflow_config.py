@@ -368,7 +368,9 @@ def _make_snakemake_args(target: str, *assignments: str) -> list[str]:
 )
 def test_make_targets_reach_snakemake_as_targets(make_target, scale, target, tmp_path) -> None:
     # `--config` takes every word after it: a target placed after it was read as a config
-    # value (`make rehearse` stopped at once), and a second --config replaces the first.
+    # value (`make rehearse` stopped at once), and a second --config replaces the first. So
+    # does an option of several values in SNAKEMAKE_ARGS (--forcerun RULE...) if the target
+    # follows it.
     from snakemake.cli import get_argument_parser, parse_config
 
     args = get_argument_parser().parse_args(
@@ -376,16 +378,28 @@ def test_make_targets_reach_snakemake_as_targets(make_target, scale, target, tmp
             make_target,
             f"TARGET={target}",
             """CONFIG=encode="{precision: int8}" seed=7""",
-            "SNAKEMAKE_ARGS=-n",
+            "SNAKEMAKE_ARGS=-n --forcerun evaluate",
             "DATA_MIRROR=../shared/data",
         )  # fmt: skip
     )
-    assert args.targets == [target] and args.dryrun
+    assert args.targets == [target] and args.dryrun and args.forcerun == {"evaluate"}
     assert args.config == [*([f"scale={scale}"] if scale else []), "encode={precision: int8}",
                            "seed=7"]  # fmt: skip
     assert parse_config(args.config) == {
         **({"scale": scale} if scale else {}), "encode": {"precision": "int8"}, "seed": 7
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "shown"), [("-n", False), ("", True)])
+def test_make_rehearse_shows_the_summary_only_after_a_real_run(args, shown) -> None:
+    # A dry run writes no summary: showing it failed `make rehearse SNAKEMAKE_ARGS=-n`.
+    import subprocess
+
+    out = subprocess.run(
+        ["make", "-n", "-C", str(REPO), "rehearse", "STAMP=/dev/null", f"SNAKEMAKE_ARGS={args}"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert ("cat rehearsal/results/run_summary.md" in out) is shown
 
 
 def test_nested_config_values_on_the_command_line_are_typed_as_yaml() -> None:
