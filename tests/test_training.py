@@ -23,7 +23,7 @@ from drpipe.methods import get_method
 from drpipe.methods.base import CollateContext, DistContext
 from drpipe.training.build import build_model
 from drpipe.training.data import epoch_batches, read_examples, shard
-from drpipe.training.distributed import sum_gradients
+from drpipe.training.distributed import process_group_backend, rank_threads, sum_gradients
 from drpipe.training.loop import train_model
 
 
@@ -296,7 +296,9 @@ def test_cli_nproc_relaunches_under_torchrun(tmp_path, tiny_bert, train_file):
     ]  # fmt: skip
     cfg = json.dumps(ddp_loop_cfg(tiny_bert))
     drpipe = Path(sys.executable).with_name("drpipe")
-    cmd = [str(drpipe), "train", "--method", "dpr", "--train", str(train_file), "--cfg", cfg]
+    # The job's two cores, as the rule passes them: the two ranks share them.
+    cmd = [str(drpipe), "train", "--method", "dpr", "--train", str(train_file), "--cfg", cfg,
+           "--threads", "2"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for name, extra in (("one", ["--nproc", "1"]), ("two", ["--nproc", "2"])):
         out = [*cmd, "--out", str(tmp_path / name), "--report", str(tmp_path / f"{name}.json")]
@@ -305,6 +307,7 @@ def test_cli_nproc_relaunches_under_torchrun(tmp_path, tiny_bert, train_file):
     one = json.loads((tmp_path / "one.json").read_text())
     two = json.loads((tmp_path / "two.json").read_text())
     assert one["world_size"] == 1 and two["world_size"] == 2
+    assert (one["threads"], two["threads"]) == (2, 1)
     assert [c["loss"] for c in two["train_curve"]] == pytest.approx(
         [c["loss"] for c in one["train_curve"]], rel=1e-5
     )
@@ -328,3 +331,25 @@ def test_rng_states_round_trip_and_carry_the_cuda_generators():
     assert (random.random(), torch.rand(3).tolist()) == draws
     set_rng_states({k: v for k, v in state.items() if k != "cuda"})
     assert (random.random(), torch.rand(3).tolist()) == draws
+
+
+def test_ranks_share_the_jobs_threads(monkeypatch):
+    # torchrun's ranks on a node share the job's cores (--threads): 8 ranks each taking all 8
+    # of `train`'s cluster threads ran 64 threads on the job's CPUs.
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert rank_threads(8) == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert (rank_threads(32), rank_threads(8), rank_threads(4)) == (4, 1, 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert rank_threads(None) == rank_threads(0) == len(os.sched_getaffinity(0))
+
+
+def test_cuda_ranks_reduce_cpu_tensors_through_gloo():
+    """Validation sums and checkpoint RNG states are CPU tensors, which NCCL cannot reduce (a
+    multi-GPU training stopped at its first validation); with CUDA the group maps CPU tensors
+    to gloo and GPU ones to NCCL. (CI has no NCCL: the mapping is what is checked here.)"""
+    from torch.distributed.distributed_c10d import Backend, BackendConfig
+
+    assert process_group_backend(False) == "gloo"
+    mapping = BackendConfig(Backend(process_group_backend(True))).get_device_backend_map()
+    assert mapping == {"cpu": "gloo", "cuda": "nccl"}

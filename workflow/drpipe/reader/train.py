@@ -46,7 +46,7 @@ from drpipe.training.checkpoints import (
     set_rng_states,
 )
 from drpipe.training.data import epoch_batches, shard, split_validation
-from drpipe.training.distributed import default_threads, init_distributed, sum_gradients
+from drpipe.training.distributed import init_distributed, rank_threads, sum_gradients
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class ReaderTrainer:
         self.dctx, self.created_group = init_distributed()
         self.is_main = self.dctx.rank == 0
         self.seed = seed = int(cfg["seed"])
-        self.threads = int(cfg["threads"] or default_threads())
+        self.threads = rank_threads(cfg["threads"])
         torch.set_num_threads(self.threads)
         self.device = select_device()
         self.bf16 = use_bf16(cfg["bf16"], self.device)

@@ -20,10 +20,21 @@ def init_distributed() -> tuple[DistContext, bool]:
         return DistContext(), False
     created = False
     if not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend=backend)
+        cuda = torch.cuda.is_available()
+        if cuda:
+            # Before NCCL starts: collectives that use the current device (object gathers)
+            # would otherwise put every rank on cuda:0.
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend=process_group_backend(cuda))
         created = True
     return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size()), created
+
+
+def process_group_backend(cuda: bool) -> str:
+    """gloo on CPU. With CUDA, NCCL for the tensors on the GPUs (gradients, gathered vectors)
+    and gloo for those in CPU memory (validation sums, a checkpoint's RNG states, barriers):
+    NCCL reduces GPU tensors only, and validation's sums would stop training after epoch 1."""
+    return "cpu:gloo,cuda:nccl" if cuda else "gloo"
 
 
 def sum_gradients(params: Sequence, ctx: DistContext) -> None:
@@ -45,6 +56,14 @@ def all_reduce_sums(values: dict[str, float], ctx: DistContext) -> dict[str, flo
     t = torch.tensor([values[k] for k in keys], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return dict(zip(keys, t.tolist(), strict=True))
+
+
+def rank_threads(job_threads: int | None) -> int:
+    """This process's threads: its share of the job's ``--threads`` (the job's cores, which
+    the ranks torchrun starts on the node share), else of the cores it may run on."""
+    if not job_threads:
+        return default_threads()
+    return max(1, int(job_threads) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 def default_threads() -> int:

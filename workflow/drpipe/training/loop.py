@@ -38,7 +38,7 @@ from drpipe.training.checkpoints import (
     set_rng_states,
 )
 from drpipe.training.data import check_dropped, epoch_batches, load_training_data, shard
-from drpipe.training.distributed import default_threads, init_distributed, sum_gradients
+from drpipe.training.distributed import init_distributed, rank_threads, sum_gradients
 from drpipe.training.settings import resolve_cfg
 from drpipe.training.validation import validate
 
@@ -94,7 +94,7 @@ class Trainer:
         self.is_main = self.dctx.rank == 0
         self.seed = seed = int(cfg["seed"])
 
-        self.threads = int(cfg["threads"] or default_threads())
+        self.threads = rank_threads(cfg["threads"])
         torch.set_num_threads(self.threads)
         self.device = select_device()
         self.bf16 = use_bf16(cfg["bf16"], self.device)
