@@ -83,6 +83,12 @@ def fake_slurm_run(shared_tmp, data_mirror) -> Path:
     return runs.build(shared_tmp, "fake-slurm")
 
 
+@pytest.fixture(scope="session")
+def slurm_paper_plan(shared_tmp, data_mirror) -> Path:
+    """The paper scale's whole plan with the SLURM profile, dry run (slurm_run.py)."""
+    return runs.build(shared_tmp, "slurm-paper-plan")
+
+
 @pytest.fixture
 def bench_smoke(request, shared_tmp, data_mirror) -> Path:
     """The smoke run of the benchmark ``request.param`` (a path; parametrise indirectly):

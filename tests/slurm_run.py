@@ -3,6 +3,9 @@
 a job cancelled and resubmitted), which the builder overlaps with its own jobs, where the test
 used to hold the session's process for ~3 minutes.
 
+Also the paper scale's whole plan with the SLURM profile (``build_paper_plan``, a dry run of
+every table and Table 4's readers, ~25 s of CPU): what each job would ask SLURM for.
+
 A copy of the tiny DPR run, its mining forced to rerun (one CPU job and every GPU rule from
 training to retrieval), through the real snakemake-executor-plugin-slurm with a fake SLURM
 (``tests/fake_slurm``: sbatch, squeue, sacct, scancel, srun, ... first on PATH); the first
@@ -119,4 +122,23 @@ def build_fake_slurm_run(dpr_run: Path, where: Path, overlay: dict) -> Path:
     result = {"returncode": proc.returncode, "log": proc.stdout[-3000:] + proc.stderr[-6000:],
               "cancelled": killed.get("cancelled")}  # fmt: skip
     (where / "result.json").write_text(json.dumps(result, indent=1))
+    return where
+
+
+# Every paper-scale table, Table 4's readers and DCSR's hard-negative trainings.
+PAPER_PLAN_TARGETS = ("results/run_summary.md", "results/table4.csv")
+
+
+def build_paper_plan(where: Path) -> Path:
+    """The paper scale's dry run of PAPER_PLAN_TARGETS with the SLURM profile, its output in
+    ``where/plan.txt`` (each job with the resources the executor plugin would submit)."""
+    where.mkdir()
+    # Conda is absent on these machines: environment modules instead (no rule declares any).
+    cmd = [str(SNAKEMAKE), "-n", *PAPER_PLAN_TARGETS, "--profile", str(PROFILE),
+           "--config", "scale=paper", "-s", str(REPO / "Snakefile"),
+           "--directory", str(where / "work"), "--sdm", "env-modules"]  # fmt: skip
+    env = env_with(DATA_MIRROR=str(mirror_dir()))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (where / "plan.txt").write_text(proc.stdout + proc.stderr)
     return where

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import bench_smoke
 import yaml
-from slurm_run import build_fake_slurm_run
+from slurm_run import build_fake_slurm_run, build_paper_plan
 from workflow_util import REPO, copy_run, snakemake, touched_run
 
 RAW = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -252,6 +252,8 @@ def build(root: Path, name: str) -> Path:
     if name == "fake-slurm":
         dpr = build(root, "tiny-dpr")
         return once(root, name, lambda work: build_fake_slurm_run(dpr, work, DPR_OVERLAY))
+    if name == "slurm-paper-plan":
+        return once(root, name, build_paper_plan)
     if name in SMOKES:
         return once(root, name, lambda work: bench_smoke.run_smoke(SMOKES[name], work))
     raise ValueError(f"no tiny run named {name!r}")
@@ -266,6 +268,7 @@ NEEDS = {
     "tiny_audited": ("tiny-dpr-again", "tiny-audited"),
     "reduced_rehearsal": ("rehearsal-reduced",),
     "fake_slurm_run": ("tiny-dpr", "fake-slurm"),
+    "slurm_paper_plan": ("slurm-paper-plan",),
 }
 # The benchmarks' smoke runs (bench_smoke.py), one per benchmark; test_benchmarks.py asks
 # for them through its ``bench_smoke`` fixture, parametrised by benchmark.
@@ -274,7 +277,7 @@ SMOKES = {bench_smoke.run_name(b): b for b in bench_smoke.BENCHMARKS}
 # the tests that read them run: each test as soon as the last run it needs is there. The
 # smokes come last: by then the tests leave the builder a core of its own.
 ORDER = ("tiny-touched", "tiny-dpr", "tiny-all", "tiny-dpr-again", "tiny-audited", "fake-slurm",
-         "rehearsal-reduced", *SMOKES)  # fmt: skip
+         "rehearsal-reduced", "slurm-paper-plan", *SMOKES)  # fmt: skip
 # Runs that mostly wait (the fake SLURM's status checks), and the run each copies: the builder
 # starts one in a thread of its own as soon as that run is built, and goes on beside it. (It
 # never builds a run itself: workflow_util's Snakemake zygote serves one thread at a time.)

@@ -19,7 +19,8 @@ rule build_index:
         env(gpu=True)
     threads: C["threads"]
     resources:
-        gpu=lambda w: gpus(1),
+        # Only IVF-PQ is built on a GPU (drpipe.index); flat and HNSW (the paper's) on CPU.
+        gpu=lambda w: gpus(1) if w.itype == "ivfpq" else 0,
     params:
         cfg=lambda w: cfg_json(index_cfg(w.itype)),
         code=code("drpipe.index"),
