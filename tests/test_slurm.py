@@ -34,6 +34,7 @@ from slurm_run import (
 )
 from slurm_run import profile as slurm_profile
 from slurm_run import requests as slurm_requests
+from workflow_util import local_rules
 
 from drpipe.config import resolve
 from drpipe.methods import method_class
@@ -178,6 +179,11 @@ def test_every_paper_scale_job_asks_slurm_for_the_partition_nodes_and_cores_it_u
     for rule, threads in profile["set-threads"].items():
         cpus = {**profile["default-resources"], **profile["set-resources"].get(rule, {})}
         assert threads == cpus["cpus_per_task"], rule
+
+
+def test_downloads_run_where_snakemake_runs(tmp_path):
+    # Compute nodes often have no network: `fetch` is a local rule under any executor.
+    assert "fetch" in local_rules(tmp_path)
 
 
 # --------------------------------------------------------------------------- fake SLURM

@@ -226,6 +226,29 @@ def rule_directory_outputs(workdir: Path, repo: Path = REPO) -> dict[str, list[b
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+_LOCAL_RULES = r"""
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import OutputSettings, ResourceSettings, StorageSettings
+with SnakemakeApi(OutputSettings(quiet=None)) as api:
+    wf = api.workflow(snakefile=Path(sys.argv[1]), workdir=Path(sys.argv[2]),
+                      resource_settings=ResourceSettings(cores=1),
+                      storage_settings=StorageSettings())
+    print(json.dumps(sorted(wf._workflow._localrules)))
+"""
+
+
+def local_rules(workdir: Path) -> set[str]:
+    """The workflow's `localrules` (run where Snakemake runs, under any executor)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOCAL_RULES, str(REPO / "Snakefile"), str(workdir)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
 def touched_run(
     workdir: Path, *targets: str, overlay: dict | None = None, repo: Path = REPO
 ) -> Path:

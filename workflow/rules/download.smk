@@ -5,6 +5,11 @@
 # Snakemake never deletes, so a refetch that cannot reach the mirror reuses it.
 
 
+# On a cluster, downloads run where Snakemake runs: compute nodes often have no network.
+localrules:
+    fetch,
+
+
 rule fetch:
     output:
         data="results/data/{source}/{filename}",
