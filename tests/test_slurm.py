@@ -10,6 +10,10 @@
   each job was submitted with against the profile, and that the cancelled job was
   resubmitted and the workflow completed. That every rule, CPU or GPU, carries its profile
   resources is checked on the paper-scale plan above.
+- The paper scale's whole plan (every table, Table 4's readers; a dry run the builder makes):
+  each job on the partition its GPUs call for, multi-GPU jobs on one node, threads equal to
+  CPUs. The cluster command gets the SLURM profile's settings (not profiles/default's), and
+  downloads are local rules.
 """
 
 from __future__ import annotations

@@ -198,7 +198,7 @@ def planned_job_files(
     return jobs
 
 
-_RULE_DIRECTORIES = r"""
+_RULES = r"""
 import json, sys
 from pathlib import Path
 from snakemake.api import SnakemakeApi
@@ -208,45 +208,35 @@ with SnakemakeApi(OutputSettings(quiet=None)) as api:
     wf = api.workflow(snakefile=Path(sys.argv[1]), workdir=Path(sys.argv[2]),
                       resource_settings=ResourceSettings(cores=1),
                       storage_settings=StorageSettings())
-    print(json.dumps({r.name: [is_flagged(o, "directory") for o in r.output]
-                      for r in wf._workflow.rules}))
+    print(json.dumps({
+        "directories": {r.name: [is_flagged(o, "directory") for o in r.output]
+                        for r in wf._workflow.rules},
+        "local": sorted(wf._workflow._localrules),
+    }))
 """
 
 
-def rule_directory_outputs(workdir: Path, repo: Path = REPO) -> dict[str, list[bool]]:
-    """rule -> for each of its outputs, in order, whether it is declared a `directory()`."""
+def _rules(workdir: Path, repo: Path = REPO) -> dict:
+    """What Snakemake's API says of a checkout's rules (loaded in a process of its own)."""
     env = {**os.environ}
     if repo != REPO:
         env["PYTHONPATH"] = str(repo / "workflow")
     proc = subprocess.run(
-        [sys.executable, "-c", _RULE_DIRECTORIES, str(repo / "Snakefile"), str(workdir)],
+        [sys.executable, "-c", _RULES, str(repo / "Snakefile"), str(workdir)],
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-_LOCAL_RULES = r"""
-import json, sys
-from pathlib import Path
-from snakemake.api import SnakemakeApi
-from snakemake.settings.types import OutputSettings, ResourceSettings, StorageSettings
-with SnakemakeApi(OutputSettings(quiet=None)) as api:
-    wf = api.workflow(snakefile=Path(sys.argv[1]), workdir=Path(sys.argv[2]),
-                      resource_settings=ResourceSettings(cores=1),
-                      storage_settings=StorageSettings())
-    print(json.dumps(sorted(wf._workflow._localrules)))
-"""
+def rule_directory_outputs(workdir: Path, repo: Path = REPO) -> dict[str, list[bool]]:
+    """rule -> for each of its outputs, in order, whether it is declared a `directory()`."""
+    return _rules(workdir, repo)["directories"]
 
 
 def local_rules(workdir: Path) -> set[str]:
     """The workflow's `localrules` (run where Snakemake runs, under any executor)."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _LOCAL_RULES, str(REPO / "Snakefile"), str(workdir)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return set(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return set(_rules(workdir)["local"])
 
 
 def touched_run(
