@@ -27,7 +27,7 @@ override DATA_MIRROR := $(if $(DATA_MIRROR),$(abspath $(DATA_MIRROR)))
 export DATA_MIRROR
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install run test lint format bench clean squad audit rehearse estimate
+.PHONY: install run test lint format bench clean squad audit claims rehearse estimate
 
 install: $(STAMP)
 
@@ -82,6 +82,11 @@ audit: install
 	$(BIN)/drpipe audit results --out results/audit --claims results/claims.csv \
 		--report results/report.html $(if $(AGAINST),--against $(AGAINST)) \
 		--snakemake-args "$(SNAKEMAKE_ARGS)"
+
+# The papers' claims on what a run has made so far (a run still going has no provenance record
+# for `make audit`): make claims CONFIG=scale=squad -> results/claims-so-far.csv
+claims: install
+	$(BIN)/drpipe claims --results results --out results/claims-so-far.csv --config $(CONFIG)
 
 # What a target would cost before it is started: its snakemake -n plan timed from the rule
 # benchmarks of a run already made (FROM, default the current folder), e.g.

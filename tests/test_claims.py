@@ -369,3 +369,34 @@ def test_em_claims_need_the_reader_on_their_dataset_and_valid_specs():
     bad["contrast"] = "top100"
     with pytest.raises(InputError, match="contrast"):
         C.validate_claims({"defaults": defaults, "claims": [bad]})
+
+
+def test_claims_of_a_run_still_going_resolve_against_its_config(tmp_path, capsys):
+    """`drpipe claims --config scale=squad` (`make claims`): a folder with no provenance record
+    yet (a run stopped or still going) is tested against the config the run is made with;
+    the claims whose runs exist get verdicts, the others are not tested, their files named."""
+    from drpipe.cli import main
+
+    results = tmp_path / "results"
+    _write_ranks(results, "dpr.t3_gold_7_ib", "squad", [1] * 150 + [None] * 50)
+    _write_ranks(results, "dpr.t3_gold_7", "squad", [1] * 100 + [None] * 100)
+    out = tmp_path / "claims.csv"
+    args = ["claims", "--results", str(results), "--out", str(out)]
+    assert main(args) == 2  # without --config: the recorded config, which is not there yet
+    assert "no provenance record" in capsys.readouterr().err
+    assert main([*args, "--config", "scale=squad", "--configfile", str(REPO / "config.yaml")]) == 0
+    rows = pd.read_csv(out).set_index("id")
+    assert rows.loc["dpr_t3_in_batch_helps", "verdict"] == "holds"
+    assert rows.loc["dpr_t3_in_batch_helps", "diff"] == pytest.approx(25.0)
+    queue = rows.loc["xmoco_f2_larger_queue_helps"]
+    assert queue["verdict"] == "not tested" and "xmoco.f2_q4096" in queue["reason"]
+    # The scale decides the runs a claim compares (squad's queues and AOpt's rounds).
+    mini = C.config_from(REPO / "config.yaml", [])
+    squad = C.config_from(REPO / "config.yaml", ["scale=squad"])
+    run = lambda cfg: {c["id"]: c for c in C.resolve_claims(cfg)}[  # noqa: E731
+        "aopt_t3_hybrid_beats_query_only_leak_free"
+    ]["a"]["run"]
+    assert (mini["scale"], squad["scale"]) == ("mini", "squad")
+    assert (run(mini), run(squad)) == ("aopt-leakfree-hybrid-r1", "aopt-leakfree-hybrid-r2")
+    with pytest.raises(SystemExit, match="NAME=VALUE"):
+        C.config_from(REPO / "config.yaml", ["scale"])
