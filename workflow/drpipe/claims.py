@@ -412,8 +412,10 @@ def config_from(configfile: str | Path, values: Sequence[str]) -> dict:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise SystemExit(f"error: --config takes NAME=VALUE, not {item!r}")
-        # As Snakemake reads them: YAML text, typed by the config's own reading.
-        overrides[name] = yaml.load(value, Loader=yaml.BaseLoader)
+        # As Snakemake reads them: a mapping or list as YAML, a scalar as text (the config's
+        # own reading types it: drpipe.config.typed_overrides).
+        parsed = yaml.safe_load(value) if value.strip() else None
+        overrides[name] = parsed if isinstance(parsed, (dict, list)) else value
     configfile = Path(configfile)
     schema = configfile.parent / "workflow" / "schemas" / "config.schema.yaml"
     return load(configfile, schema, overrides)
