@@ -129,14 +129,25 @@ def build_fake_slurm_run(dpr_run: Path, where: Path, overlay: dict) -> Path:
 PAPER_PLAN_TARGETS = ("results/run_summary.md", "results/table4.csv")
 
 
+def paper_plan_cmd(workdir: Path, *targets: str) -> list[str]:
+    """The paper scale's dry run of ``targets`` with the SLURM profile, in ``workdir``."""
+    # Conda is absent on these machines: environment modules instead (no rule declares any).
+    return [str(SNAKEMAKE), "-n", *targets, "--profile", str(PROFILE), "--config", "scale=paper",
+            "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
+            "--sdm", "env-modules"]  # fmt: skip
+
+
+def per_job(value: object) -> bool:
+    """Whether a profile value is an expression Snakemake evaluates per job (a partition that
+    follows the index type), not the value itself."""
+    return " if " in str(value)
+
+
 def build_paper_plan(where: Path) -> Path:
     """The paper scale's dry run of PAPER_PLAN_TARGETS with the SLURM profile, its output in
     ``where/plan.txt`` (each job with the resources the executor plugin would submit)."""
     where.mkdir()
-    # Conda is absent on these machines: environment modules instead (no rule declares any).
-    cmd = [str(SNAKEMAKE), "-n", *PAPER_PLAN_TARGETS, "--profile", str(PROFILE),
-           "--config", "scale=paper", "-s", str(REPO / "Snakefile"),
-           "--directory", str(where / "work"), "--sdm", "env-modules"]  # fmt: skip
+    cmd = paper_plan_cmd(where / "work", *PAPER_PLAN_TARGETS)
     env = env_with(DATA_MIRROR=str(mirror_dir()))
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -30,10 +30,10 @@ import yaml
 from slurm_run import (
     FORCED,
     OVERRIDES,
-    PROFILE,
-    SNAKEMAKE,
     TARGET,
     env_with,
+    paper_plan_cmd,
+    per_job,
     rule_of,
 )
 from slurm_run import profile as slurm_profile
@@ -58,11 +58,7 @@ PLAN_SECONDS = 20.0
 
 def _paper_plan(workdir: Path) -> tuple[float, float, str]:
     """(wall seconds, CPU seconds, output) of the paper-scale dry run with the SLURM profile."""
-    # The profile deploys software with conda, which these machines lack: the dry run uses
-    # environment modules instead (no rule declares any, so nothing else changes).
-    cmd = [str(SNAKEMAKE), "-n", "results/table2.csv", "--profile", str(PROFILE),
-           "--config", "scale=paper", "-s", str(REPO / "Snakefile"),
-           "--directory", str(workdir), "--sdm", "env-modules"]  # fmt: skip
+    cmd = paper_plan_cmd(workdir, "results/table2.csv")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env_with(), timeout=600)
@@ -125,7 +121,7 @@ def test_paper_scale_plan_has_every_method_on_all_five_datasets_quickly(tmp_path
     for job in jobs:
         want = {**profile["default-resources"], **profile["set-resources"].get(job["rule"], {})}
         for key in ("mem_mb", "runtime", "slurm_partition", "gpu"):
-            if key in want and " if " not in str(want[key]):
+            if key in want and not per_job(want[key]):
                 assert job["resources"].get(key) == str(want[key]), (job["rule"], key)
     assert cpu <= PLAN_SECONDS, f"the dry run took {cpu:.1f} s of CPU (> {PLAN_SECONDS} s)"
 
@@ -220,7 +216,7 @@ def test_fake_slurm_runs_a_tiny_dag_with_profile_resources_and_resubmits_a_cance
         opts = req["options"]
         assert opts.get("--mem") == str(want["mem_mb"]), (rule, opts)
         assert opts.get("-t") == str(want["runtime"]), (rule, opts)
-        if " if " not in want["slurm_partition"]:  # else chosen per job (the plan test)
+        if not per_job(want["slurm_partition"]):  # else checked on the paper-scale plan
             assert opts.get("-p") == want["slurm_partition"], (rule, opts)
         assert opts.get("--cpus-per-task") == str(want["cpus_per_task"]), (rule, opts)
         assert opts.get("--gpus") == (str(want["gpu"]) if want.get("gpu") else None), (rule, opts)

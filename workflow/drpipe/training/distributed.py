@@ -62,14 +62,13 @@ def rank_threads(job_threads: int | None) -> int:
     """This process's threads: its share of the job's ``--threads`` (the job's cores, which
     the ranks torchrun starts on the node share), else of the cores it may run on."""
     if not job_threads:
-        return default_threads()
+        try:
+            job_threads = len(os.sched_getaffinity(0))
+        except AttributeError:
+            job_threads = os.cpu_count() or 1
     return max(1, int(job_threads) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 def default_threads() -> int:
     """This process's share of the cores it may run on (the cores over the local ranks)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return rank_threads(None)
