@@ -8,7 +8,8 @@ with a message saying so. ``--smoke``: the same code on whatever device there is
 ``tests/test_benchmarks.py``), a tiny random BERT and a few passages: checks that the script
 runs; its figures mean nothing.
 
-``--sections`` picks sections (encoding, questions, training, other_methods, reader, resume).
+``--sections`` picks sections (encoding, questions, training, other_methods, reader, resume,
+faiss, collectives).
 
 Data: real SQuAD v1.1 train paragraphs (with their article titles) as passages, the first
 question of each as a question, that paragraph as its positive and another paragraph of the
@@ -52,6 +53,12 @@ vocabulary) for the paper-shaped cost (``--no-bert-base`` leaves it out).
    with the uninterrupted run's weights, bitwise, under deterministic kernels; an uninterrupted
    run twice is the floor, and a resume whose checkpoint lost its CUDA RNG states is the
    control (its weights must differ on a GPU, where dropout draws from those generators).
+8. FAISS (``drpipe.index``): flat and IVF-PQ (config.yaml's nlist/m/nbits/nprobe) built and
+   searched with ``use_gpu`` auto and off over the same clustered random vectors: seconds,
+   queries/s, overlap@k of the GPU's top-k with the CPU's and with the exact one.
+9. Collectives: the process group ``training.distributed`` creates with CUDA (gloo for CPU
+   tensors, NCCL for GPU ones), as one rank, on each kind of collective the package sends; the
+   control is NCCL alone, whose CPU all_reduce must fail.
 
 Exits non-zero when a check fails (a non-finite loss, a method step that raised, vectors that
 disagree); each failure is in the JSON with its error.
@@ -91,7 +98,16 @@ TOKENIZER_FILES = (
     "tokenizer_config.json",
     "special_tokens_map.json",
 )
-SECTIONS = ("encoding", "questions", "training", "other_methods", "reader", "resume")
+SECTIONS = (
+    "encoding",
+    "questions",
+    "training",
+    "other_methods",
+    "reader",
+    "resume",
+    "faiss",
+    "collectives",
+)
 RESULT_LINES = (
     r"device: .+ \(torch [\w.+]+\)",
     r"encode \S+ batch \d+: plain fp32 [\d.]+ passages/s; fp32 [\d.]+ \([\d.]+ x\); "
@@ -105,6 +121,9 @@ RESULT_LINES = (
     r"reader bf16 vs fp32: same answer [\d.]+ of \d+ pairs, select r ([\d.]+|n/a)",
     r"reader predict: fp32 EM [\d.]+ \(k=\d+\), bf16 EM [\d.]+ \(k=\d+\)",
     r"resume on \S+: (identical|DIFFERENT) weights; without the CUDA RNG states (identical|differ)",
+    r"faiss flat: off built on GPU False [\d.]+ s, [\d.]+ q/s, overlap@\d+ with exact [\d.]+",
+    r"faiss ivfpq: off built on GPU False",
+    r"collectives \S+: (all ok|FAILED); nccl alone, CPU all_reduce: ",
     r"checks: (all passed|\d+ failed)",
 )
 
@@ -506,6 +525,162 @@ def resume(init: str, examples: list[dict], size: Sizes, device, tmp: Path) -> d
     return res
 
 
+@dataclass(frozen=True)
+class FaissSizes:
+    n: int = 200_000
+    d: int = 768
+    queries: int = 2_000
+    k: int = 100
+    clusters: int = 512
+    # config.yaml's ivfpq (the paper-scale setting), train_size scaled to n
+    ivfpq: tuple[tuple[str, int], ...] = (("nlist", 1024), ("m", 64), ("nbits", 8),
+                                          ("train_size", 100_000), ("nprobe", 64))  # fmt: skip
+
+
+FAISS_SMOKE = FaissSizes(n=3_000, d=64, queries=50, k=10, clusters=16,
+                         ivfpq=(("nlist", 16), ("m", 8), ("nbits", 6), ("train_size", 3_000),
+                                ("nprobe", 4)))  # fmt: skip
+
+
+def faiss_section(size: FaissSizes, tmp: Path) -> dict:
+    """Section 8: ``drpipe.index`` on FAISS's GPUs against its CPU path, same vectors: a flat
+    index searched on the GPU (sharded clone) and IVF-PQ with config.yaml's settings built
+    (k-means, PQ training, adding) and searched on the GPU. Vectors are a seeded Gaussian
+    mixture (clustered, as passage vectors are); the exact top-k comes from numpy. Reports
+    the overlap@k of each GPU result with the CPU one and with the exact one, and seconds."""
+    import faiss
+
+    from drpipe.encode import ids_path_for
+    from drpipe.index import DenseIndex, build_index, gpu_faiss_problem
+
+    gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    # use_gpu auto falls back to the CPU, saying why, where this FAISS build cannot search on
+    # the GPU (e.g. no kernels for its compute capability); the section then says so
+    problem = gpu_faiss_problem() if gpus else None
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((size.clusters, size.d), dtype=np.float32)
+    x = centers[rng.integers(size.clusters, size=size.n)]
+    x += 0.5 * rng.standard_normal(x.shape, dtype=np.float32)
+    q = centers[rng.integers(size.clusters, size=size.queries)]
+    q += 0.5 * rng.standard_normal(q.shape, dtype=np.float32)
+    ids = np.arange(1, size.n + 1, dtype=np.int64) * 7  # pids are not row positions
+    shard = tmp / "faiss" / "shard-0.npy"
+    shard.parent.mkdir()
+    np.save(shard, x)
+    np.save(ids_path_for(shard), ids)
+    sims = q @ x.T
+    top = np.argpartition(-sims, size.k - 1, axis=1)[:, : size.k]  # the top k, unordered
+    exact = ids[top]
+    del sims
+
+    def overlap(a: np.ndarray, b: np.ndarray) -> float:
+        return round(
+            float(np.mean([len(set(r) & set(s)) / size.k for r, s in zip(a, b, strict=True)])), 4
+        )
+
+    res: dict[str, Any] = {"faiss": faiss.__version__, "gpus": gpus, "gpu_problem": problem,
+                           "sizes": {**{k: getattr(size, k) for k in ("n", "d", "queries", "k")},
+                                     "ivfpq": dict(size.ivfpq)}}  # fmt: skip
+    for kind in ("flat", "ivfpq"):
+        row: dict[str, Any] = {}
+        found: dict[str, np.ndarray] = {}
+        for where in ("off", "auto") if gpus else ("off",):
+            out = tmp / "faiss" / f"{kind}-{where}.faiss"
+            cfg = {"type": kind, "use_gpu": where, "ivfpq": dict(size.ivfpq), "seed": 0}
+            t0 = time.perf_counter()
+            meta = build_index([shard], out, cfg)
+            built = time.perf_counter() - t0
+            index = DenseIndex.load(out, use_gpu=where)
+            index.search(q[:16], size.k)  # warm-up (GPU memory, kernels)
+            t0 = time.perf_counter()
+            scores, pids = index.search(q, size.k)
+            searched = time.perf_counter() - t0
+            found[where] = pids
+            row[where] = {"build_s": round(built, 2), "built_on_gpu": meta["built_on_gpu"],
+                          "search_s": round(searched, 4),
+                          "queries_per_s": round(size.queries / searched, 1),
+                          "overlap_with_exact": overlap(pids, exact),
+                          "scores_finite": bool(np.isfinite(scores).all()),
+                          "index_class": type(index.index).__name__}  # fmt: skip
+            del index
+        if "auto" in found and problem is None:
+            row["gpu_cpu_overlap"] = overlap(found["auto"], found["off"])
+        res[kind] = row
+        ov = row.get("gpu_cpu_overlap", "n/a")
+        print(f"faiss {kind}: " + "; ".join(
+            f"{w} built on GPU {r['built_on_gpu']} {r['build_s']} s, {r['queries_per_s']} q/s, "
+            f"overlap@{size.k} with exact {r['overlap_with_exact']}"
+            for w, r in row.items() if isinstance(r, dict)) + f"; GPU vs CPU overlap {ov}"
+            + (f"; FAISS cannot search on the GPU: {problem}" if problem else ""),
+            flush=True)  # fmt: skip
+    return res
+
+
+def collectives(device) -> dict:
+    """Section 9: the process group ``drpipe.training.distributed`` creates with CUDA, run as
+    one rank (one GPU cannot host two NCCL ranks), on the collectives the package sends: a
+    CPU float64 all_reduce (validation's sums), a CUDA flat all_reduce (gradients), a CUDA
+    int64 all_gather (batch sizes), an all_gather_object of the RNG states on the rank's
+    device (checkpoints), a barrier. The control runs the same under NCCL alone, the backend
+    before ebef84f: its CPU all_reduce must fail, or the check could not."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    from drpipe.training.checkpoints import rng_states
+    from drpipe.training.distributed import process_group_backend
+
+    cuda = device.type == "cuda"
+
+    def run(backend: str) -> dict:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if cuda:
+            torch.cuda.set_device(0)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                                world_size=1)  # fmt: skip
+        got: dict[str, Any] = {"backend": backend}
+        steps = {
+            "cpu_float64_all_reduce": lambda: dist.all_reduce(
+                torch.tensor([3.0, 4.0], dtype=torch.float64)),
+            "device_flat_all_reduce": lambda: dist.all_reduce(torch.ones(1024, device=device)),
+            "device_int64_all_gather": lambda: dist.all_gather(
+                [torch.zeros(1, dtype=torch.int64, device=device)],
+                torch.tensor([5], dtype=torch.int64, device=device)),
+            "rng_states_all_gather_object": lambda: dist.all_gather_object([None],
+                                                                           rng_states()),
+            "barrier": dist.barrier,
+        }  # fmt: skip
+        try:
+            for name, step in steps.items():
+                try:
+                    step()
+                    got[name] = "ok"
+                except Exception as exc:  # noqa: BLE001 (the failure is the finding)
+                    got[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            if cuda:
+                torch.cuda.synchronize()
+        finally:
+            dist.destroy_process_group()
+        return got
+
+    res = {"package": run(process_group_backend(cuda))}
+    if cuda:
+        res["control_nccl_only"] = run("nccl")
+    pkg_ok = all(v == "ok" for k, v in res["package"].items() if k != "backend")
+    ctrl = res.get("control_nccl_only", {}).get("cpu_float64_all_reduce")
+    res["package_all_ok"] = pkg_ok
+    res["control_cpu_all_reduce_failed"] = None if ctrl is None else ctrl != "ok"
+    print(
+        f"collectives {res['package']['backend']}: {'all ok' if pkg_ok else 'FAILED'}; "
+        f"nccl alone, CPU all_reduce: {'n/a' if ctrl is None else ctrl}",
+        flush=True,
+    )
+    return res
+
+
 def attempt(step: Callable[[], dict]) -> dict:
     """Run a check; an exception becomes its recorded failure (the run goes on)."""
     try:
@@ -883,6 +1058,25 @@ def failures(result: dict) -> list[str]:
         bad.append(f"resume: {rs['error']}")
     elif rs and not (rs["uninterrupted_twice_identical"] and rs["resumed_identical"]):
         bad.append("resume: a resumed run's weights differ from the uninterrupted run's")
+    fs = result.get("faiss")
+    if fs and not fs["ok"]:
+        bad.append(f"faiss: {fs['error']}")
+    elif fs:
+        for kind in ("flat", "ivfpq"):
+            rows = [r for r in fs[kind].values() if isinstance(r, dict)]
+            if not all(r["scores_finite"] for r in rows):
+                bad.append(f"faiss {kind}: non-finite scores")
+            usable = fs["gpus"] and fs["gpu_problem"] is None
+            if usable and kind == "ivfpq" and not fs[kind]["auto"]["built_on_gpu"]:
+                bad.append("faiss ivfpq: a usable GPU, but use_gpu auto built on the CPU")
+        # flat is exact on both: the GPU must find the CPU's neighbours (ties aside)
+        if fs["flat"].get("gpu_cpu_overlap", 1.0) < 0.99:
+            bad.append(f"faiss flat: GPU and CPU top-k overlap {fs['flat']['gpu_cpu_overlap']}")
+    co = result.get("collectives")
+    if co and not co["ok"]:
+        bad.append(f"collectives: {co['error']}")
+    elif co and not co["package_all_ok"]:
+        bad.append(f"collectives: {co['package']}")
     return bad
 
 
@@ -969,7 +1163,9 @@ def main() -> int:
         if args.smoke:
             words = titles + texts + [e["question"] for e in examples] + reader_words(reader_sets)
             models = {"tiny": smoke.tiny_bert(tmp / "tiny-bert", words)}
-        elif not args.no_bert_base:
+        elif not args.no_bert_base and {"encoding", "questions", "training", "reader"} & set(
+            args.sections
+        ):  # the sections that time models
             models["bert-base"] = bert_base_like(tmp / "bert-base", args.init)
         result["models"] = models
         result["sections"] = sections = args.sections
@@ -1002,6 +1198,11 @@ def main() -> int:
         if "resume" in sections:
             first = next(iter(models.values()))
             result["resume"] = attempt(lambda: resume(first, examples, size, device, tmp))
+        if "faiss" in sections:
+            fsize = FAISS_SMOKE if args.smoke else FaissSizes()
+            result["faiss"] = attempt(lambda: faiss_section(fsize, tmp))
+        if "collectives" in sections:
+            result["collectives"] = attempt(lambda: collectives(device))
     bad = failures(result)
     result["failed_checks"] = bad
     write_json(args.out, result)

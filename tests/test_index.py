@@ -245,3 +245,32 @@ def test_truncated_shard_is_set_aside_so_the_next_run_rebuilds_it(tmp_path):
     with pytest.raises(InputError, match="delete"):
         open_shards(paths[:1])
     assert paths[0].exists()
+
+
+def test_a_faiss_gpu_build_that_cannot_search_is_named_and_auto_falls_back(monkeypatch, caplog):
+    # PyPI's faiss-gpu-cu12 has no kernels for an H100/H200: its first GPU search aborts the
+    # process (C++ assertion, "CUDA error 209 no kernel image"; seen on an H200). The probe
+    # runs in a child process, so the abort is a message here, not the end of the rule.
+    import drpipe.index as index_mod
+
+    aborts = (
+        "import os, sys; sys.stderr.write('details: CUDA error 209 no kernel image\\n'); os.abort()"
+    )
+    problem = index_mod.gpu_faiss_problem.__wrapped__(aborts)
+    assert "CUDA error 209 no kernel image" in problem and "exit status" in problem
+    assert index_mod.gpu_faiss_problem.__wrapped__("pass") is None
+
+    class SeesOneGpu:  # FAISS's answer on such a machine
+        @staticmethod
+        def get_num_gpus():
+            return 1
+
+    monkeypatch.setattr(index_mod, "gpu_faiss_problem", lambda: problem)
+    with caplog.at_level(logging.WARNING, logger="drpipe.index"):
+        assert index_mod.gpu_wanted("auto", SeesOneGpu) is False
+    assert "cannot search on them" in caplog.text and "CUDA error 209" in caplog.text
+    with pytest.raises(SystemExit, match="use_gpu is 'on' but FAISS cannot search on the GPU.*209"):
+        index_mod.gpu_wanted("on", SeesOneGpu)
+    assert index_mod.gpu_wanted("off", SeesOneGpu) is False
+    monkeypatch.setattr(index_mod, "gpu_faiss_problem", lambda: None)
+    assert index_mod.gpu_wanted("auto", SeesOneGpu) is True

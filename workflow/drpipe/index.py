@@ -20,9 +20,12 @@ maps the distances back to ``q.p``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -243,15 +246,57 @@ def _available_memory() -> int | None:
         return None
 
 
+# A GPU search of 8 vectors in a child process: a FAISS build without kernels for the GPU's
+# compute capability aborts the process (a C++ assertion, no Python exception), e.g. PyPI's
+# faiss-gpu-cu12, built for compute capability 7.0-8.9, on an H100 or H200.
+_GPU_PROBE = """
+import faiss, numpy as np
+x = np.eye(8, dtype="float32")
+index = faiss.GpuIndexFlatIP(faiss.StandardGpuResources(), 8)
+index.add(x)
+assert index.search(x, 1)[1].ravel().tolist() == list(range(8)), "wrong neighbours"
+"""
+
+
+@functools.cache
+def gpu_faiss_problem(probe: str = _GPU_PROBE) -> str | None:
+    """Why FAISS cannot search on this machine's GPU (its last error line), or None if it can.
+    Run once per process, in a child process, because a failing FAISS GPU kernel aborts."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              timeout=300)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return "a GPU search of 8 vectors did not finish in 300 s"
+    if proc.returncode == 0:
+        return None
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+    why = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "")
+    return f"{why or 'no message'} (exit status {proc.returncode})"
+
+
 def gpu_wanted(setting: str | bool, faiss_module) -> bool:
-    """Use FAISS GPUs? ``auto``: when present; ``on``/true: required; ``off``/false: never."""
+    """Use FAISS GPUs? ``auto``: when present and usable; ``on``/true: required; ``off``/false:
+    never. Usable: a GPU search runs (``gpu_faiss_problem``); ``auto`` falls back to the CPU,
+    saying why, where it does not."""
     setting = {True: "on", False: "off"}.get(setting, setting)
     if setting not in ("auto", "on", "off"):
         raise SystemExit(f"error: use_gpu must be auto, on or off, not {setting!r}")
     have = hasattr(faiss_module, "get_num_gpus") and faiss_module.get_num_gpus() > 0
     if setting == "on" and not have:
         raise SystemExit("error: use_gpu is 'on' but this FAISS build sees no GPU")
-    return have and setting != "off"
+    if not have or setting == "off":
+        return False
+    problem = gpu_faiss_problem()
+    if problem is None:
+        return True
+    hint = ("this FAISS build may lack kernels for the GPU's compute capability (conda-forge's "
+            "faiss-gpu, envs/gpu.yaml, covers current GPUs)")  # fmt: skip
+    if setting == "on":
+        raise SystemExit(f"error: use_gpu is 'on' but FAISS cannot search on the GPU: {problem}; "
+                         f"{hint}")  # fmt: skip
+    log.warning("FAISS sees %d GPU(s) but cannot search on them: %s; %s. Using the CPU.",
+                faiss_module.get_num_gpus(), problem, hint)  # fmt: skip
+    return False
 
 
 def to_gpus(index, faiss_module, shard: bool):
