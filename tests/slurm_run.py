@@ -139,7 +139,7 @@ def paper_plan_cmd(workdir: Path, *targets: str) -> list[str]:
 
 def per_job(value: object) -> bool:
     """Whether a profile value is an expression Snakemake evaluates per job (a partition that
-    follows the index type), not the value itself."""
+    follows the index type, DCSR's index memory), not the value itself."""
     return " if " in str(value)
 
 

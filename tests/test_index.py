@@ -274,3 +274,68 @@ def test_a_faiss_gpu_build_that_cannot_search_is_named_and_auto_falls_back(monke
     assert index_mod.gpu_wanted("off", SeesOneGpu) is False
     monkeypatch.setattr(index_mod, "gpu_faiss_problem", lambda: None)
     assert index_mod.gpu_wanted("auto", SeesOneGpu) is True
+
+
+def test_the_memory_check_reads_the_jobs_cgroup_limit(tmp_path):
+    # A SLURM job's --mem is a memory cgroup: the node may have 1 TB free and the job 192 GB.
+    # Reclaimable page cache (inactive files) does not count as used.
+    from drpipe.index import cgroup_memory_left
+
+    def tree(lines, files):
+        for rel, text in files.items():
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_text(text)
+        (tmp_path / "self").write_text(lines)
+        return cgroup_memory_left(tmp_path / "fs", tmp_path / "self")
+
+    gib = 1 << 30
+    v2 = tree("0::/slurm/job_7/step_0\n", {
+        "fs/slurm/job_7/memory.max": str(192 * gib), "fs/slurm/job_7/memory.current": str(40 * gib),
+        "fs/slurm/job_7/memory.stat": f"anon 1\ninactive_file {8 * gib}\n",
+        "fs/slurm/job_7/step_0/memory.max": "max", "fs/slurm/job_7/step_0/memory.current": "1",
+    })  # fmt: skip
+    assert v2 == (192 - 32) * gib
+    (tmp_path / "fs").rename(tmp_path / "v2")
+    v1 = tree("12:cpu:/\n4:memory:/slurm/uid_0/job_9\n0::/\n", {
+        "fs/memory/slurm/uid_0/job_9/memory.limit_in_bytes": str(64 * gib),
+        "fs/memory/slurm/uid_0/job_9/memory.usage_in_bytes": str(10 * gib),
+        "fs/memory/slurm/memory.limit_in_bytes": str(48 * gib),  # an ancestor, tighter
+        "fs/memory/slurm/memory.usage_in_bytes": str(10 * gib),
+        "fs/memory/memory.limit_in_bytes": str((1 << 63) - 4096),  # v1's "no limit"
+        "fs/memory/memory.usage_in_bytes": str(10 * gib),
+    })  # fmt: skip
+    assert v1 == 38 * gib
+    (tmp_path / "fs").rename(tmp_path / "v1")
+    assert tree("0::/\n", {"fs/memory.max": "max", "fs/memory.current": "5"}) is None
+    assert cgroup_memory_left(tmp_path, tmp_path / "missing") is None
+
+
+def test_an_index_too_large_for_the_gpus_is_searched_on_the_cpu(tmp_path, monkeypatch, caplog):
+    # DCSR's paper-scale flat index (~243 GB) sharded over 4 GPUs fits in 80-GB cards, not in
+    # 32-GB ones: use_gpu auto then searches on the CPU (the job has the memory), and `on` stops.
+    import drpipe.index as index_mod
+    from drpipe.index import gpus_too_small, index_bytes
+
+    gib = 1 << 30
+    assert gpus_too_small(243 * gib, [79 * gib] * 4, shard=True) is None
+    assert "sharded over 4 GPU(s)" in gpus_too_small(243 * gib, [31 * gib] * 4, shard=True)
+    assert "a copy on each GPU" in gpus_too_small(40 * gib, [79 * gib, 30 * gib], shard=False)
+    assert gpus_too_small(243 * gib, None, shard=True) is None  # unknown: FAISS decides
+
+    vecs = np.eye(3, 4, dtype=np.float32)
+    paths = write_shards(tmp_path, vecs, np.array([7, 8, 9], dtype=np.int64), [0, 3])
+    meta = build_index(paths, tmp_path / "flat.faiss", {"type": "flat"})
+    assert index_bytes(meta) == 3 * 4 * 4  # the vectors; the ids stay on the host
+
+    def no_gpu_copy(*_):
+        raise AssertionError("the index went to the GPUs")
+
+    monkeypatch.setattr(index_mod, "gpu_wanted", lambda *_: True)
+    monkeypatch.setattr(index_mod, "gpu_free_bytes", lambda: [40, 8])
+    monkeypatch.setattr(index_mod, "to_gpus", no_gpu_copy)
+    with caplog.at_level(logging.WARNING, logger="drpipe.index"):
+        index = DenseIndex.load(tmp_path / "flat.faiss", use_gpu="auto")
+    assert "on the CPU" in caplog.text and "GiB free" in caplog.text
+    assert index.search(np.array([[0, 1, 0, 0]], np.float32), 1)[1][0, 0] == 8
+    with pytest.raises(SystemExit, match="use_gpu is 'on' but .*flat.faiss does not fit"):
+        DenseIndex.load(tmp_path / "flat.faiss", use_gpu="on")

@@ -41,6 +41,7 @@ from slurm_run import requests as slurm_requests
 from workflow_util import local_rules
 
 from drpipe.config import resolve
+from drpipe.index import estimate_memory, merged_cfg
 from drpipe.methods import method_class
 from drpipe.papers import paper_of_run
 
@@ -170,11 +171,26 @@ def test_every_paper_scale_job_asks_slurm_for_the_partition_nodes_and_cores_it_u
         if gpu > 1 and res.get("nodes") != "1":
             wrong.add((rule, f"gpu={gpu}", f"nodes={res.get('nodes')}"))
     assert not wrong, sorted(wrong)
-    # The paper's HNSW index: built and searched on CPU, in memory enough for 21M vectors.
+    # Each full index's jobs hold it: drpipe.index's estimate at the paper's corpus, 21,015,324
+    # passages, DCSR's sentences ~3.74 per passage (measured: docs/measured.md). DCSR's HNSW
+    # (~530 GB) was planned in 192 GB before its flat index (and 320 GB) came in. HNSW, the
+    # passage methods' index, is built and searched on CPU: no GPU held.
+    cfg = resolve(RAW, SCHEMA, {"scale": "paper"})
+    index_cfg = merged_cfg({k: v for k, v in cfg["index"].items() if k != "by_method"})
+    short = set()
     for job in jobs:
-        if job["rule"] in ("build_index", "retrieve", "hybrid"):
+        if job["rule"] not in ("build_index", "retrieve", "hybrid"):
+            continue
+        run = job["output"][0].split("/")[2].removesuffix("+bm25")
+        method = run.split(".")[0]
+        kind = (cfg["index"]["by_method"].get(method) or {}).get("type", cfg["index"]["type"])
+        n = int(21_015_324 * (3.74 if method == "dcsr" else 1))
+        need = estimate_memory(kind, n, 768, index_cfg)["total"]
+        if int(job["resources"]["mem_mb"]) * 10**6 < need:
+            short.add((job["rule"], run, kind, f"{need / 1e9:.0f} GB"))
+        if kind == "hnsw":
             assert job["resources"].get("gpu", "0") == "0", job
-            assert int(job["resources"]["mem_mb"]) >= 150_000, job
+    assert not short, sorted(short)
     # Snakemake passes a job's threads to its command (--threads): they match its CPUs.
     for rule, threads in profile["set-threads"].items():
         cpus = {**profile["default-resources"], **profile["set-resources"].get(rule, {})}
@@ -214,7 +230,10 @@ def test_fake_slurm_runs_a_tiny_dag_with_profile_resources_and_resubmits_a_cance
             **OVERRIDES.get(rule, {}),
         }
         opts = req["options"]
-        assert opts.get("--mem") == str(want["mem_mb"]), (rule, opts)
+        if per_job(want["mem_mb"]):  # one of the expression's values (the plan test: which)
+            assert opts.get("--mem") in re.findall(r"\d+", want["mem_mb"]), (rule, opts)
+        else:
+            assert opts.get("--mem") == str(want["mem_mb"]), (rule, opts)
         assert opts.get("-t") == str(want["runtime"]), (rule, opts)
         if not per_job(want["slurm_partition"]):  # else checked on the paper-scale plan
             assert opts.get("-p") == want["slurm_partition"], (rule, opts)

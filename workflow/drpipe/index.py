@@ -240,10 +240,59 @@ def estimate_memory(kind: str, n: int, d: int, cfg: dict[str, Any]) -> dict[str,
 
 
 def _available_memory() -> int | None:
+    """Bytes this process may still use: the node's free memory, or less where a memory cgroup
+    (a SLURM job's ``--mem``, a container's limit) leaves less."""
     try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        node = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
+        node = None
+    room = [b for b in (node, cgroup_memory_left()) if b is not None]
+    return min(room) if room else None
+
+
+def cgroup_memory_left(
+    root: Path = Path("/sys/fs/cgroup"), self_cgroup: Path = Path("/proc/self/cgroup")
+) -> int | None:
+    """Bytes this process's memory cgroups still allow: limit minus usage, the page cache the
+    kernel can drop (inactive files) not counted as used, the tightest over the cgroup and its
+    ancestors as mounted; None without a limit. cgroup v2 (``memory.max``) and v1
+    (``memory.limit_in_bytes``)."""
+    try:
+        lines = self_cgroup.read_text().splitlines()
+    except OSError:
         return None
+    left = None
+    for line in lines:
+        hid, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hid == "0" and not controllers:
+            base, files, cache = root, ("memory.max", "memory.current"), "inactive_file"
+        elif "memory" in controllers.split(","):
+            base = root / "memory"
+            files, cache = ("memory.limit_in_bytes", "memory.usage_in_bytes"), "total_inactive_file"
+        else:
+            continue
+        rel = Path(path.lstrip("/"))
+        for d in sorted({base / p for p in (rel, *rel.parents)}):
+            try:
+                limit = (d / files[0]).read_text().strip()
+                used = int((d / files[1]).read_text())
+            except (OSError, ValueError):
+                continue
+            if limit == "max" or int(limit) >= 1 << 60:  # v1 writes "no limit" as ~2**63
+                continue
+            stat = dict(ln.split() for ln in _read_or_empty(d / "memory.stat").splitlines()
+                        if len(ln.split()) == 2)  # fmt: skip
+            used -= min(int(stat.get(cache, 0)), used)
+            room = max(int(limit) - used, 0)
+            left = room if left is None else min(left, room)
+    return left
+
+
+def _read_or_empty(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 # A GPU search of 8 vectors in a child process: a FAISS build without kernels for the GPU's
@@ -297,6 +346,45 @@ def gpu_wanted(setting: str | bool, faiss_module) -> bool:
     log.warning("FAISS sees %d GPU(s) but cannot search on them: %s; %s. Using the CPU.",
                 faiss_module.get_num_gpus(), problem, hint)  # fmt: skip
     return False
+
+
+def index_bytes(meta: dict[str, Any]) -> int:
+    """The bytes an index puts on GPUs: its estimate less the build's buffers and the ids."""
+    est = meta.get("memory_estimate_bytes") or {}
+    held = {
+        k: v for k, v in est.items() if k not in ("total", "ids", "add_buffer", "training_sample")
+    }
+    return sum(held.values()) if held else 4 * int(meta["n"]) * int(meta["d"])
+
+
+def gpu_free_bytes() -> list[int] | None:
+    """Free memory of each visible GPU (through torch), or None where it cannot be read."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        return [torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())]
+    except Exception:  # noqa: BLE001 (no reading: FAISS finds out on its own)
+        return None
+
+
+# FAISS's GPU search needs scratch memory beyond the index (its temporary buffers).
+GPU_HEADROOM = 1.15
+
+
+def gpus_too_small(nbytes: int, free: list[int] | None, shard: bool) -> str | None:
+    """Why an index of ``nbytes`` cannot go to these GPUs (sharded over them, or a copy on
+    each), or None if it fits or their memory is unknown."""
+    if not free:
+        return None
+    need = nbytes * GPU_HEADROOM
+    room = sum(free) if shard else min(free)
+    if need <= room:
+        return None
+    how = f"sharded over {len(free)} GPU(s)" if shard else "a copy on each GPU"
+    return (f"{nbytes / 2**30:.1f} GiB ({how}, with {GPU_HEADROOM - 1:.0%} headroom) against "
+            f"{room / 2**30:.1f} GiB free")  # fmt: skip
 
 
 def to_gpus(index, faiss_module, shard: bool):
@@ -475,7 +563,14 @@ class DenseIndex:
         elif meta["type"] == "ivfpq":
             index.nprobe = int(nprobe or meta["params"]["nprobe"])
         if meta["type"] != "hnsw" and gpu_wanted(use_gpu, faiss):
-            index = to_gpus(index, faiss, shard=meta["type"] == "flat")
+            shard = meta["type"] == "flat"
+            why = gpus_too_small(index_bytes(meta), gpu_free_bytes(), shard)
+            if why is None:
+                index = to_gpus(index, faiss, shard=shard)
+            elif use_gpu in ("on", True):
+                raise SystemExit(f"error: use_gpu is 'on' but {path} does not fit: {why}")
+            else:
+                log.warning("searching %s on the CPU: %s", path, why)
         return cls(index, ids, meta)
 
     def search(

@@ -508,6 +508,15 @@ def index_type(run):
     return by_method.get("type", C["index"]["type"])
 
 
+def index_gpus(run):
+    """GPUs a search of the run's index asks for (at paper scale): none for HNSW, which FAISS
+    searches on CPU; else the method's `gpus` (a flat index sharded over them), default 1.
+    """
+    if index_type(run) == "hnsw":
+        return 0
+    return (C["index"]["by_method"].get(run_method(run)) or {}).get("gpus", 1)
+
+
 def index_file(w):
     return f"results/index/{w.run}/{w.train_set}/{index_type(w.run)}.faiss"
 

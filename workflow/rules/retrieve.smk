@@ -21,9 +21,9 @@ rule retrieve:
         env(gpu=True)
     threads: C["threads"]
     resources:
-        # The search is FAISS's (question vectors are stored): a GPU only for the index types
+        # The search is FAISS's (question vectors are stored): GPUs only for the index types
         # faiss-gpu searches (flat, IVF-PQ), not HNSW.
-        gpu=lambda w: gpus(1) if index_type(w.run) != "hnsw" else 0,
+        gpu=lambda w: gpus(index_gpus(w.run)),
     params:
         cfg=lambda w: cfg_json(search_cfg(w.run)),
         code=lambda w: method_code(w.run, "drpipe.retrieve"),

@@ -85,6 +85,9 @@ use rule retrieve as subset_retrieve with:
     wildcard_constraints:
         subset=SUBSET,
         run=DENSE,
+    resources:
+        # A subset's index (at most ~1M passages) fits one GPU, whatever the full one needs.
+        gpu=lambda w: gpus(min(1, index_gpus(w.run))),
 
 
 use rule evaluate as subset_evaluate with:
