@@ -214,6 +214,30 @@ def test_training_steps_lower_the_loss(files, tmp_path):
     assert loss_now() < before
 
 
+def test_a_failed_reader_validation_keeps_the_epochs_steps(files, tmp_path, monkeypatch):
+    # Checkpoints every 100 steps, more than an epoch (as at paper scale): a validation that
+    # fails after epoch 1 used to lose all of its steps.
+    from drpipe.reader.train import ReaderTrainer
+
+    args = [
+        "reader", "train", "--run", str(files["run"]), "--questions", str(files["questions"]),
+        "--passages", str(files["passages"]), "--cfg", json.dumps(CFG), "--checkpoint-every",
+        "100", "--out", str(tmp_path / "r"), "--report", str(tmp_path / "r.json"),
+    ]  # fmt: skip
+    real = ReaderTrainer.validate
+
+    def fails(self):
+        raise RuntimeError("validation died")
+
+    monkeypatch.setattr(ReaderTrainer, "validate", fails)
+    with pytest.raises(RuntimeError, match="validation died"):
+        main(args)
+    monkeypatch.setattr(ReaderTrainer, "validate", real)
+    assert main(args) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["resumed_from_step"] == report["steps_per_epoch"] > 0
+
+
 def test_resume_after_kill_gives_identical_weights_and_reload_identical_scores(files, tmp_path):
     args = [
         "reader", "train", "--run", str(files["run"]), "--questions", str(files["questions"]),

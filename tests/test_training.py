@@ -110,6 +110,34 @@ def test_resume_gives_identical_weights(tmp_path, tiny_bert, train_file):
     assert any(not torch.equal(init[k], a[k]) for k in a), "training changed nothing"
 
 
+def test_a_failed_validation_keeps_the_epochs_steps(tmp_path, tiny_bert, train_file, monkeypatch):
+    # At paper scale an epoch is longer than checkpoint_every: a validation that failed (or met
+    # the job's time limit) used to lose the epoch's steps since the last periodic checkpoint.
+    import drpipe.training.loop as loop
+
+    cfg = tiny_cfg(tiny_bert)  # 2 epochs x 5 steps, periodic checkpoints every 2 steps
+    full = train_model("dpr", [train_file], tmp_path / "full", cfg)
+    calls = []
+
+    def second_fails(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("validation died")
+        return real(*args, **kwargs)
+
+    real = loop.validate
+    monkeypatch.setattr(loop, "validate", second_fails)
+    out = tmp_path / "failed"
+    with pytest.raises(RuntimeError, match="validation died"):
+        train_model("dpr", [train_file], out, cfg)
+    monkeypatch.setattr(loop, "validate", real)
+    resumed = train_model("dpr", [train_file], out, cfg)
+    assert resumed["resumed_from_step"] == 10 and resumed["steps"] == 10  # was 8: 2 lost
+    a, b = state_of(tmp_path / "full"), state_of(out)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed["val_curve"] == full["val_curve"]
+
+
 def _ddp_worker(rank: int, port: int, tiny_bert: str, train_file: str, out: str) -> None:
     os.environ.update(
         MASTER_ADDR="127.0.0.1",
