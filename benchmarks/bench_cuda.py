@@ -1077,6 +1077,8 @@ def failures(result: dict) -> list[str]:
         bad.append(f"collectives: {co['error']}")
     elif co and not co["package_all_ok"]:
         bad.append(f"collectives: {co['package']}")
+    elif co and co["control_cpu_all_reduce_failed"] is False:
+        bad.append("collectives: NCCL alone reduced a CPU tensor: the control cannot fail")
     return bad
 
 

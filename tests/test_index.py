@@ -320,6 +320,9 @@ def test_an_index_too_large_for_the_gpus_is_searched_on_the_cpu(tmp_path, monkey
     assert gpus_too_small(243 * gib, [79 * gib] * 4, shard=True) is None
     assert "sharded over 4 GPU(s)" in gpus_too_small(243 * gib, [31 * gib] * 4, shard=True)
     assert "a copy on each GPU" in gpus_too_small(40 * gib, [79 * gib, 30 * gib], shard=False)
+    # equal shards: 40 GiB over [79, 30] puts 20 (23 with headroom) on each: fits; 80 does not
+    assert gpus_too_small(40 * gib, [79 * gib, 30 * gib], shard=True) is None
+    assert gpus_too_small(80 * gib, [79 * gib, 30 * gib], shard=True) is not None
     assert gpus_too_small(243 * gib, None, shard=True) is None  # unknown: FAISS decides
 
     vecs = np.eye(3, 4, dtype=np.float32)
@@ -339,3 +342,35 @@ def test_an_index_too_large_for_the_gpus_is_searched_on_the_cpu(tmp_path, monkey
     assert index.search(np.array([[0, 1, 0, 0]], np.float32), 1)[1][0, 0] == 8
     with pytest.raises(SystemExit, match="use_gpu is 'on' but .*flat.faiss does not fit"):
         DenseIndex.load(tmp_path / "flat.faiss", use_gpu="on")
+
+
+def test_adding_in_chunks_never_regrows_the_index(tmp_path):
+    # Chunked adds grew FAISS's vectors (and HNSW's neighbour table) by doubling, each regrowth
+    # holding two buffers: up to twice the final size, beyond what the profile gives the job.
+    import faiss
+
+    from drpipe.index import reserve_for
+
+    n, d, chunk = 3_000, 16, 250
+    x = np.random.default_rng(0).standard_normal((n, d), dtype=np.float32)
+    cfg = merged_cfg({"hnsw": {"m": 8}})
+    for kind, make in (("flat", lambda: faiss.IndexFlatIP(d)),
+                       ("hnsw", lambda: faiss.IndexHNSWFlat(d + 1, 8))):  # fmt: skip
+        index, plain = make(), make()
+        reserve_for(index, kind, n, d, cfg, faiss)
+        if kind == "flat":
+            vectors = [index.codes]
+        else:
+            vectors = [faiss.downcast_index(index.storage).codes, index.hnsw.neighbors]
+        where = [int(v.c_ptr) for v in vectors]
+        for lo in range(0, n, chunk):
+            xb = (
+                x[lo : lo + chunk]
+                if kind == "flat"
+                else np.hstack([x[lo : lo + chunk], 0 * x[lo : lo + chunk, :1]])
+            )
+            index.add(xb)
+            plain.add(xb)
+        assert [int(v.c_ptr) for v in vectors] == where, f"{kind}: a vector was reallocated"
+        q = x[:20] if kind == "flat" else np.hstack([x[:20], 0 * x[:20, :1]])
+        assert np.array_equal(index.search(q, 5)[1], plain.search(q, 5)[1]), kind

@@ -379,7 +379,8 @@ def gpus_too_small(nbytes: int, free: list[int] | None, shard: bool) -> str | No
     if not free:
         return None
     need = nbytes * GPU_HEADROOM
-    room = sum(free) if shard else min(free)
+    # FAISS gives each GPU an equal shard (or a whole copy): the fullest GPU decides.
+    room = len(free) * min(free) if shard else min(free)
     if need <= room:
         return None
     how = f"sharded over {len(free)} GPU(s)" if shard else "a copy on each GPU"
@@ -407,6 +408,27 @@ def hnsw_augment(x: np.ndarray, phi: float) -> np.ndarray:
     norms = np.einsum("ij,ij->i", x, x)
     extra = np.sqrt(np.maximum(phi - norms, 0.0)).astype(np.float32)
     return np.hstack([x, extra[:, None]])
+
+
+def reserve(vector, size: int) -> None:
+    """Give a FAISS vector the capacity of ``size`` items before the adds: chunked adds grow it
+    by doubling, and each regrowth holds the old and the new buffer at once (up to twice the
+    final size: DCSR's ~243-GB flat index would peak near 485 GB)."""
+    if hasattr(vector, "resize"):
+        vector.resize(size)
+        vector.resize(0)  # the size back to 0, the capacity kept
+
+
+def reserve_for(index, kind: str, n: int, d: int, cfg: dict[str, Any], faiss_module) -> None:
+    """Reserve what adding ``n`` vectors of dimension ``d`` will fill: a flat index's vectors,
+    HNSW's vectors and neighbour table (its expected size, levels being random, with 1%
+    spare: more would regrow once). IVF-PQ's lists are small and per list."""
+    if kind == "flat":
+        reserve(index.codes, 4 * n * d)
+    elif kind == "hnsw":
+        reserve(faiss_module.downcast_index(index.storage).codes, 4 * n * (d + 1))
+        m = int(cfg["hnsw"]["m"])
+        reserve(index.hnsw.neighbors, int(1.01 * n * (2 * m + m / max(m - 1, 1))) + 10_000)
 
 
 def _train_sample(shards: Shards, size: int, seed: int) -> np.ndarray:
@@ -465,6 +487,7 @@ def build_index(embeddings: Sequence[str | Path], out: str | Path, cfg: dict[str
         index.nprobe = int(p["nprobe"])
         params = {k: int(v) for k, v in p.items()}
 
+    reserve_for(index, kind, n, d, cfg, faiss)
     # Only IVF-PQ gains from GPUs at build time (k-means, encoding); FAISS has no GPU HNSW.
     on_gpu = kind == "ivfpq" and gpu_wanted(cfg["use_gpu"], faiss)
     if on_gpu:

@@ -269,7 +269,7 @@ class ReaderTrainer:
                     return {"stopped_at_step": st["step"]}
                 if every and st["step"] % every == 0 and st["batch_pos"] < len(batches):
                     self.checkpoint()
-            if every and self.val_questions:
+            if self.val_questions:
                 # As training.loop: the epoch's steps are kept before validation can fail.
                 self.checkpoint()
             self.end_epoch()

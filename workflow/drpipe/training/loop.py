@@ -284,7 +284,7 @@ class Trainer:
                     return {"stopped_at_step": pr.step}
                 if every and pr.step % every == 0 and pr.batch_pos < len(batches):
                     self.checkpoint()
-            if every and self.val:
+            if self.val:
                 # Validation may fail or meet the job's time limit: the epoch's steps are kept
                 # first, so the rerun only validates again.
                 self.checkpoint()
