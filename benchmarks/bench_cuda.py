@@ -532,7 +532,7 @@ class FaissSizes:
     queries: int = 2_000
     k: int = 100
     clusters: int = 512
-    # config.yaml's ivfpq (the paper-scale setting), train_size scaled to n
+    # config.yaml's ivfpq settings (nlist, m, nbits, train_size, nprobe)
     ivfpq: tuple[tuple[str, int], ...] = (("nlist", 1024), ("m", 64), ("nbits", 8),
                                           ("train_size", 100_000), ("nprobe", 64))  # fmt: skip
 
