@@ -78,7 +78,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -525,6 +525,14 @@ def resume(init: str, examples: list[dict], size: Sizes, device, tmp: Path) -> d
     return res
 
 
+def config_ivfpq() -> tuple[tuple[str, int], ...]:
+    """config.yaml's IVF-PQ settings (nlist, m, nbits, train_size, nprobe), as read there."""
+    import yaml
+
+    raw = yaml.safe_load((REPO / "config.yaml").read_text())
+    return tuple((k, int(v)) for k, v in raw["index"]["ivfpq"].items())
+
+
 @dataclass(frozen=True)
 class FaissSizes:
     n: int = 200_000
@@ -532,9 +540,7 @@ class FaissSizes:
     queries: int = 2_000
     k: int = 100
     clusters: int = 512
-    # config.yaml's ivfpq settings (nlist, m, nbits, train_size, nprobe)
-    ivfpq: tuple[tuple[str, int], ...] = (("nlist", 1024), ("m", 64), ("nbits", 8),
-                                          ("train_size", 100_000), ("nprobe", 64))  # fmt: skip
+    ivfpq: tuple[tuple[str, int], ...] = field(default_factory=lambda: config_ivfpq())
 
 
 FAISS_SMOKE = FaissSizes(n=3_000, d=64, queries=50, k=10, clusters=16,

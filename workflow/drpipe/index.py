@@ -223,9 +223,8 @@ def estimate_memory(kind: str, n: int, d: int, cfg: dict[str, Any]) -> dict[str,
     elif kind == "hnsw":
         m = int(cfg["hnsw"]["m"])
         parts["vectors"] = 4 * n * (d + 1)
-        # Level 0 keeps 2M neighbour slots per node, each upper level M; a node has on average
-        # 1/(M-1) upper levels. Slots are int32; plus an int64 offset and an int32 level.
-        parts["graph"] = int(n * (4 * (2 * m + m / max(m - 1, 1)) + 12))
+        # Neighbour slots are int32; plus an int64 offset and an int32 level per node.
+        parts["graph"] = int(n * (4 * hnsw_slots(m) + 12))
     elif kind == "ivfpq":
         p = cfg["ivfpq"]
         code = int(p["m"]) * int(p["nbits"]) // 8
@@ -237,6 +236,12 @@ def estimate_memory(kind: str, n: int, d: int, cfg: dict[str, Any]) -> dict[str,
     parts["add_buffer"] = 4 * min(int(cfg["add_batch_size"]), n) * (d + 1)
     parts["total"] = sum(parts.values())
     return parts
+
+
+def hnsw_slots(m: int) -> float:
+    """Neighbour slots an HNSW node holds on average: 2M at level 0, M at each upper level,
+    and a node has 1/(M-1) upper levels on average."""
+    return 2 * m + m / max(m - 1, 1)
 
 
 def _available_memory() -> int | None:
@@ -427,8 +432,8 @@ def reserve_for(index, kind: str, n: int, d: int, cfg: dict[str, Any], faiss_mod
         reserve(index.codes, 4 * n * d)
     elif kind == "hnsw":
         reserve(faiss_module.downcast_index(index.storage).codes, 4 * n * (d + 1))
-        m = int(cfg["hnsw"]["m"])
-        reserve(index.hnsw.neighbors, int(1.01 * n * (2 * m + m / max(m - 1, 1))) + 10_000)
+        slots = hnsw_slots(int(cfg["hnsw"]["m"]))
+        reserve(index.hnsw.neighbors, int(1.01 * n * slots) + 10_000)
 
 
 def _train_sample(shards: Shards, size: int, seed: int) -> np.ndarray:

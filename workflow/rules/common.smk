@@ -503,9 +503,13 @@ def corpus_table(name):
 # --- index and retrieve ---
 
 
+def index_by_method(run):
+    """The run's method's `index.by_method` entry (empty if none)."""
+    return C["index"]["by_method"].get(run_method(run)) or {}
+
+
 def index_type(run):
-    by_method = C["index"]["by_method"].get(run_method(run)) or {}
-    return by_method.get("type", C["index"]["type"])
+    return index_by_method(run).get("type", C["index"]["type"])
 
 
 def index_gpus(run):
@@ -514,7 +518,7 @@ def index_gpus(run):
     """
     if index_type(run) == "hnsw":
         return 0
-    return (C["index"]["by_method"].get(run_method(run)) or {}).get("gpus", 1)
+    return index_by_method(run).get("gpus", 1)
 
 
 def index_file(w):
