@@ -276,6 +276,18 @@ def test_a_faiss_gpu_build_that_cannot_search_is_named_and_auto_falls_back(monke
     assert index_mod.gpu_wanted("auto", SeesOneGpu) is True
 
 
+def test_ivfpq_goes_to_the_gpu_with_float16_lookup_tables_where_float32_ones_do_not_fit():
+    # On an H200 FAISS refused config.yaml's IVF-PQ (m=64, nbits=8) on the GPU: its float32
+    # lookup tables need 64 KiB of a block's 48 KiB shared memory. to_gpus asks for float16
+    # tables (32 KiB) exactly then; smaller codebooks keep float32.
+    from drpipe.index import ivfpq_float16_tables
+
+    assert ivfpq_float16_tables(64, 8)
+    assert not ivfpq_float16_tables(48, 8)  # 48 KiB: fits exactly
+    assert not ivfpq_float16_tables(32, 8) and not ivfpq_float16_tables(64, 6)
+    assert ivfpq_float16_tables(96, 8)
+
+
 def test_the_memory_check_reads_the_jobs_cgroup_limit(tmp_path):
     # A SLURM job's --mem is a memory cgroup: the node may have 1 TB free and the job 192 GB.
     # Reclaimable page cache (inactive files) does not count as used.

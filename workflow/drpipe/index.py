@@ -344,7 +344,7 @@ def gpu_wanted(setting: str | bool, faiss_module) -> bool:
     if problem is None:
         return True
     hint = ("this FAISS build may lack kernels for the GPU's compute capability (conda-forge's "
-            "faiss-gpu, envs/gpu.yaml, covers current GPUs)")  # fmt: skip
+            "faiss-gpu, envs/gpu.yaml, and PyPI's faiss-gpu>=1.15 cover current GPUs)")  # fmt: skip
     if setting == "on":
         raise SystemExit(f"error: use_gpu is 'on' but FAISS cannot search on the GPU: {problem}; "
                          f"{hint}")  # fmt: skip
@@ -393,11 +393,27 @@ def gpus_too_small(nbytes: int, free: list[int] | None, shard: bool) -> str | No
             f"{room / 2**30:.1f} GiB free")  # fmt: skip
 
 
+# The shared memory a CUDA block may use without opting in: FAISS's GPU IVF-PQ search keeps
+# its lookup tables (sub-quantizers x 2^nbits entries) there.
+GPU_BLOCK_SHARED_BYTES = 48 * 1024
+
+
+def ivfpq_float16_tables(m: int, nbits: int) -> bool:
+    """Whether IVF-PQ's GPU lookup tables must be float16: as float32 they exceed a block's
+    shared memory (config.yaml's m=64, nbits=8 needs 64 KiB; FAISS refuses it, measured on an
+    H200), and float16 halves them."""
+    return m * (1 << nbits) * 4 > GPU_BLOCK_SHARED_BYTES
+
+
 def to_gpus(index, faiss_module, shard: bool):
     """Copy ``index`` to all visible GPUs: sharded (a 21M x 768 flat index exceeds one GPU's
     memory) or replicated (an IVF index being trained needs one quantizer, not one per shard)."""
     co = faiss_module.GpuMultipleClonerOptions()
     co.shard = shard
+    pq = getattr(index, "pq", None)
+    if pq is not None and ivfpq_float16_tables(pq.M, pq.nbits):
+        log.info("IVF-PQ on the GPU with float16 lookup tables (m=%d, nbits=%d)", pq.M, pq.nbits)
+        co.useFloat16 = True
     return faiss_module.index_cpu_to_all_gpus(index, co=co)
 
 
