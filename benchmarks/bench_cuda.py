@@ -77,6 +77,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -635,7 +636,7 @@ def collectives(device) -> dict:
     import torch.distributed as dist
 
     from drpipe.training.checkpoints import rng_states
-    from drpipe.training.distributed import process_group_backend
+    from drpipe.training.distributed import process_group_backend, process_group_device
 
     cuda = device.type == "cuda"
 
@@ -643,10 +644,11 @@ def collectives(device) -> dict:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        if cuda:
-            torch.cuda.set_device(0)
+        bound = process_group_device(cuda, 0)
+        if bound is not None:
+            torch.cuda.set_device(bound)
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0,
-                                world_size=1)  # fmt: skip
+                                world_size=1, device_id=bound)  # fmt: skip
         got: dict[str, Any] = {"backend": backend}
         steps = {
             "cpu_float64_all_reduce": lambda: dist.all_reduce(
@@ -660,14 +662,18 @@ def collectives(device) -> dict:
             "barrier": dist.barrier,
         }  # fmt: skip
         try:
-            for name, step in steps.items():
-                try:
-                    step()
-                    got[name] = "ok"
-                except Exception as exc:  # noqa: BLE001 (the failure is the finding)
-                    got[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-            if cuda:
-                torch.cuda.synchronize()
+            # torch warns when a barrier has to guess the rank's device: recorded, not shown
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                for name, step in steps.items():
+                    try:
+                        step()
+                        got[name] = "ok"
+                    except Exception as exc:  # noqa: BLE001 (the failure is the finding)
+                        got[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                if cuda:
+                    torch.cuda.synchronize()
+            got["warnings"] = sorted({str(w.message).splitlines()[0][:200] for w in seen})
         finally:
             dist.destroy_process_group()
         return got
@@ -675,7 +681,7 @@ def collectives(device) -> dict:
     res = {"package": run(process_group_backend(cuda))}
     if cuda:
         res["control_nccl_only"] = run("nccl")
-    pkg_ok = all(v == "ok" for k, v in res["package"].items() if k != "backend")
+    pkg_ok = all(v == "ok" for k, v in res["package"].items() if k not in ("backend", "warnings"))
     ctrl = res.get("control_nccl_only", {}).get("cpu_float64_all_reduce")
     res["package_all_ok"] = pkg_ok
     res["control_cpu_all_reduce_failed"] = None if ctrl is None else ctrl != "ok"

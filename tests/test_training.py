@@ -311,6 +311,21 @@ def test_real_minilm_short_run_lowers_loss(tmp_path, data_mirror):
     assert after < before
 
 
+def test_a_cuda_rank_binds_its_group_to_its_local_gpu_and_a_cpu_rank_to_none():
+    # device_id for init_process_group: NCCL learns each rank's GPU when the group is made
+    # (ran on an H200, docs/measured-cuda.md section 11); gloo on CPU gets none.
+    import torch
+
+    from drpipe.training.distributed import process_group_backend, process_group_device
+
+    assert process_group_device(True, 3) == torch.device("cuda", 3)
+    assert process_group_device(False, 3) is None
+    assert (
+        process_group_backend(True) == "cpu:gloo,cuda:nccl"
+        and process_group_backend(False) == "gloo"
+    )
+
+
 def test_cli_nproc_relaunches_under_torchrun(tmp_path, tiny_bert, train_file):
     """`drpipe train --nproc 2` (what the rule passes from the job's GPU count) runs two gloo
     processes through torchrun and ends where one process ends."""

@@ -21,11 +21,12 @@ def init_distributed() -> tuple[DistContext, bool]:
     created = False
     if not dist.is_initialized():
         cuda = torch.cuda.is_available()
-        if cuda:
+        device = process_group_device(cuda, int(os.environ.get("LOCAL_RANK", "0")))
+        if device is not None:
             # Before NCCL starts: collectives that use the current device (object gathers)
             # would otherwise put every rank on cuda:0.
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend=process_group_backend(cuda))
+            torch.cuda.set_device(device)
+        dist.init_process_group(backend=process_group_backend(cuda), device_id=device)
         created = True
     return DistContext(rank=dist.get_rank(), world_size=dist.get_world_size()), created
 
@@ -35,6 +36,12 @@ def process_group_backend(cuda: bool) -> str:
     and gloo for those in CPU memory (validation sums, a checkpoint's RNG states, barriers):
     NCCL reduces GPU tensors only, and validation's sums would stop training after epoch 1."""
     return "cpu:gloo,cuda:nccl" if cuda else "gloo"
+
+
+def process_group_device(cuda: bool, local_rank: int) -> torch.device | None:
+    """The GPU a rank is bound to when the group is created (None on CPU): NCCL then knows
+    each rank's device, and barriers stop guessing it from the current context."""
+    return torch.device("cuda", local_rank) if cuda else None
 
 
 def sum_gradients(params: Sequence, ctx: DistContext) -> None:
