@@ -128,6 +128,10 @@ def pytest_collection_modifyitems(config, items):
     early = runs.ORDER.index("tiny-dpr") + 1
 
     def order(item) -> float:
+        if item.get_closest_marker("both_cores"):
+            # Two busy processes or threads: beside the builder's two jobs each got half a core;
+            # after its last run (and its smokes) they have both cores.
+            return 2.0 + len(runs.ORDER)
         step = ready(item)
         if step == 0:
             return where[item.nodeid]
@@ -157,9 +161,22 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def _threads_back_after_the_builder():
-    """The threads this process had, once the builder has finished (the cores are free)."""
+    """One thread per test while the builder runs; the threads this process had once it has
+    finished (the cores are free)."""
     global _THREADS
-    if _THREADS is not None and _BUILDER is not None and _BUILDER.poll() is not None:
+    if _THREADS is None or _BUILDER is None:
+        yield
+        return
+    if _BUILDER.poll() is None:
+        # A test that ran code with `threads: 2` (build_index, encode_shard, a training) set
+        # torch's or FAISS's process-wide threads; the next test would spin two threads
+        # against the builder's jobs (an IVF-PQ fixture took 17 s for 0.7 s alone).
+        torch, faiss = sys.modules.get("torch"), sys.modules.get("faiss")
+        if torch is not None and torch.get_num_threads() != 1:
+            torch.set_num_threads(1)
+        if faiss is not None and faiss.omp_get_max_threads() != 1:
+            faiss.omp_set_num_threads(1)
+    else:
         threads, omp = _THREADS
         _THREADS = None
         if omp is None:
@@ -168,6 +185,8 @@ def _threads_back_after_the_builder():
             os.environ["OMP_NUM_THREADS"] = omp
         if "torch" in sys.modules:  # imported before the builder started, or after
             sys.modules["torch"].set_num_threads(threads or os.cpu_count() or 1)
+        if "faiss" in sys.modules:  # its own OpenMP runtime, apart from torch's
+            sys.modules["faiss"].omp_set_num_threads(threads or os.cpu_count() or 1)
     yield
 
 

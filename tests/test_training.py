@@ -204,6 +204,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.both_cores
 def test_two_gloo_ranks_match_one_process(tmp_path, tiny_bert, train_file):
     import torch.multiprocessing as mp
 
@@ -276,6 +277,7 @@ def test_resolve_init_packaged():
         resolve_init("packaged:no_such_package_here")
 
 
+@pytest.mark.both_cores
 def test_real_minilm_short_run_lowers_loss(tmp_path, data_mirror):
     """all-MiniLM-L6-v2 from its package, 12 real SQuAD examples, 6 steps: the loss falls."""
     exs = squad_examples(data_mirror, 12, articles=2)
@@ -326,6 +328,7 @@ def test_a_cuda_rank_binds_its_group_to_its_local_gpu_and_a_cpu_rank_to_none():
     )
 
 
+@pytest.mark.both_cores
 def test_cli_nproc_relaunches_under_torchrun(tmp_path, tiny_bert, train_file):
     """`drpipe train --nproc 2` (what the rule passes from the job's GPU count) runs two gloo
     processes through torchrun and ends where one process ends."""

@@ -182,6 +182,7 @@ def ddp_cfg(init: str) -> dict:
     return xcfg(init, dropout=0.0, batch_size=6, queue_size=24, checkpoint_every=0, adam_eps=1e-3)
 
 
+@pytest.mark.both_cores
 def test_two_gloo_ranks_hold_identical_queues_and_match_one_process(
     tmp_path, tiny_bert, train_file
 ):
@@ -222,6 +223,7 @@ def test_two_gloo_ranks_hold_identical_queues_and_match_one_process(
     assert r0["p_ident"].numel() == 24 and r0["q_ident"].numel() == 18
 
 
+@pytest.mark.both_cores
 def test_real_minilm_short_run_lowers_loss_and_beats_the_initial_encoder(tmp_path, data_mirror):
     """all-MiniLM-L6-v2 from its package, 16 real SQuAD questions, 8 steps; 12 held-out
     questions (other paragraphs) are ranked better (lower in-batch loss) than by the initial
