@@ -125,6 +125,11 @@ def pytest_collection_modifyitems(config, items):
     # rather than after it; the rest after, in the order the builder makes their runs.
     first = [i for i in items if ready(i) == 0]
     where = {i.nodeid: n / max(1, len(first)) for n, i in enumerate(first)}
+    # A module begun before that point ends before it: split, its module-scoped fixtures are
+    # set up twice (test_index's encoding of 2,000 real passages cost 23 s more).
+    begun = {}
+    for i in first:
+        begun.setdefault(i.path, where[i.nodeid])
     early = runs.ORDER.index("tiny-dpr") + 1
 
     def order(item) -> float:
@@ -134,7 +139,10 @@ def pytest_collection_modifyitems(config, items):
             return 2.0 + len(runs.ORDER)
         step = ready(item)
         if step == 0:
-            return where[item.nodeid]
+            pos = where[item.nodeid]
+            if begun[item.path] < EARLY_AT <= pos:
+                return EARLY_AT - 1e-6 * (1 - pos)  # below EARLY_AT, still in order
+            return pos
         return EARLY_AT + step / 1000 if step <= early else 1.0 + step
 
     items.sort(key=order)  # stable: equal keys keep collection order
@@ -159,23 +167,29 @@ def pytest_collection_modifyitems(config, items):
     )  # fmt: skip
 
 
+def _one_thread_beside_the_builder() -> None:
+    """Back to one torch and one FAISS thread while the builder runs: code a test ran with
+    `threads: 2` or none (training takes every core then) set them process-wide, and the
+    next test, or the next module's fixtures, would spin two threads against the builder's
+    jobs (an IVF-PQ fixture took 17-23 s for 0.7 s alone). torch and FAISS share one OpenMP
+    runtime here; FAISS's is set as well in case they do not."""
+    torch, faiss = sys.modules.get("torch"), sys.modules.get("faiss")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+    if faiss is not None and faiss.omp_get_max_threads() != 1:
+        faiss.omp_set_num_threads(1)
+
+
 @pytest.fixture(autouse=True)
 def _threads_back_after_the_builder():
-    """One thread per test while the builder runs; the threads this process had once it has
-    finished (the cores are free)."""
+    """One thread per test while the builder runs, set again after each test (so before
+    the next module's fixtures); the threads this process had once it has finished."""
     global _THREADS
     if _THREADS is None or _BUILDER is None:
         yield
         return
     if _BUILDER.poll() is None:
-        # A test that ran code with `threads: 2` (build_index, encode_shard, a training) set
-        # torch's or FAISS's process-wide threads; the next test would spin two threads
-        # against the builder's jobs (an IVF-PQ fixture took 17 s for 0.7 s alone).
-        torch, faiss = sys.modules.get("torch"), sys.modules.get("faiss")
-        if torch is not None and torch.get_num_threads() != 1:
-            torch.set_num_threads(1)
-        if faiss is not None and faiss.omp_get_max_threads() != 1:
-            faiss.omp_set_num_threads(1)
+        _one_thread_beside_the_builder()
     else:
         threads, omp = _THREADS
         _THREADS = None
@@ -188,6 +202,8 @@ def _threads_back_after_the_builder():
         if "faiss" in sys.modules:  # its own OpenMP runtime, apart from torch's
             sys.modules["faiss"].omp_set_num_threads(threads or os.cpu_count() or 1)
     yield
+    if _THREADS is not None and _BUILDER.poll() is None:
+        _one_thread_beside_the_builder()
 
 
 def pytest_sessionfinish(session, exitstatus):
