@@ -344,7 +344,7 @@ def gpu_wanted(setting: str | bool, faiss_module) -> bool:
     if problem is None:
         return True
     hint = ("this FAISS build may lack kernels for the GPU's compute capability (conda-forge's "
-            "faiss-gpu, envs/gpu.yaml, and PyPI's faiss-gpu>=1.15 cover current GPUs)")  # fmt: skip
+            "faiss-gpu, envs/gpu.yaml, and PyPI's faiss-gpu 1.15.1, Meta's, cover current GPUs)")  # fmt: skip
     if setting == "on":
         raise SystemExit(f"error: use_gpu is 'on' but FAISS cannot search on the GPU: {problem}; "
                          f"{hint}")  # fmt: skip
