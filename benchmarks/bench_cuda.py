@@ -541,7 +541,7 @@ class FaissSizes:
     queries: int = 2_000
     k: int = 100
     clusters: int = 512
-    ivfpq: tuple[tuple[str, int], ...] = field(default_factory=lambda: config_ivfpq())
+    ivfpq: tuple[tuple[str, int], ...] = field(default_factory=config_ivfpq)
 
 
 FAISS_SMOKE = FaissSizes(n=3_000, d=64, queries=50, k=10, clusters=16,

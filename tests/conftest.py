@@ -158,8 +158,7 @@ def pytest_collection_modifyitems(config, items):
     torch = sys.modules.get("torch")
     _THREADS = (torch.get_num_threads() if torch else 0, os.environ.get("OMP_NUM_THREADS"))
     os.environ["OMP_NUM_THREADS"] = "1"
-    if torch:
-        torch.set_num_threads(1)
+    _set_threads(1)
     log = open(root / "tiny-builder.log", "w")  # noqa: SIM115 - the builder's, closed at exit
     _BUILDER = subprocess.Popen(
         [sys.executable, str(Path(runs.__file__)), str(root), *names],
@@ -167,17 +166,17 @@ def pytest_collection_modifyitems(config, items):
     )  # fmt: skip
 
 
-def _one_thread_beside_the_builder() -> None:
-    """Back to one torch and one FAISS thread while the builder runs: code a test ran with
-    `threads: 2` or none (training takes every core then) set them process-wide, and the
-    next test, or the next module's fixtures, would spin two threads against the builder's
-    jobs (an IVF-PQ fixture took 17-23 s for 0.7 s alone). torch and FAISS share one OpenMP
-    runtime here; FAISS's is set as well in case they do not."""
+def _set_threads(n: int) -> None:
+    """torch's and FAISS's threads in this process (they share one OpenMP runtime here;
+    FAISS's is set as well in case they do not). While the builder runs it is one: code a test
+    ran with `threads: 2` or none (training takes every core then) sets them process-wide, and
+    the next test, or the next module's fixtures, would spin two threads against the builder's
+    jobs (an IVF-PQ fixture took 17-23 s for 0.7 s alone)."""
     torch, faiss = sys.modules.get("torch"), sys.modules.get("faiss")
-    if torch is not None and torch.get_num_threads() != 1:
-        torch.set_num_threads(1)
-    if faiss is not None and faiss.omp_get_max_threads() != 1:
-        faiss.omp_set_num_threads(1)
+    if torch is not None and torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    if faiss is not None and faiss.omp_get_max_threads() != n:
+        faiss.omp_set_num_threads(n)
 
 
 @pytest.fixture(autouse=True)
@@ -189,7 +188,7 @@ def _threads_back_after_the_builder():
         yield
         return
     if _BUILDER.poll() is None:
-        _one_thread_beside_the_builder()
+        _set_threads(1)
     else:
         threads, omp = _THREADS
         _THREADS = None
@@ -197,13 +196,10 @@ def _threads_back_after_the_builder():
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = omp
-        if "torch" in sys.modules:  # imported before the builder started, or after
-            sys.modules["torch"].set_num_threads(threads or os.cpu_count() or 1)
-        if "faiss" in sys.modules:  # its own OpenMP runtime, apart from torch's
-            sys.modules["faiss"].omp_set_num_threads(threads or os.cpu_count() or 1)
+        _set_threads(threads or os.cpu_count() or 1)  # imported before the builder, or after
     yield
     if _THREADS is not None and _BUILDER.poll() is None:
-        _one_thread_beside_the_builder()
+        _set_threads(1)
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -182,12 +182,12 @@ def test_int8_vectors_follow_the_kernels_not_only_the_width(tmp_path, data_mirro
         out = tmp_path / f"{kind}.npz"
         cmd = [sys.executable, "-c", ENCODE, str(out), init, str(pairs_file), *map(str, bits)]
         cmd = [sys.executable, str(EMULATE), kind, "--", *cmd] if kind else cmd
-        with (tmp_path / f"{kind}.err").open("w") as err:  # the child keeps its own copy
+        with out.with_suffix(".err").open("w") as err:  # the child keeps its own copy
             return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err), out
 
     def result(proc: subprocess.Popen, out: Path) -> dict[str, np.ndarray]:
         code = proc.wait(timeout=300)
-        assert code == 0, (tmp_path / f"{out.stem}.err").read_text()[-2000:]
+        assert code == 0, out.with_suffix(".err").read_text()[-2000:]
         return dict(np.load(out))
 
     # One process per kind, all at once (separate processes: each kind is fixed at start-up)

@@ -20,7 +20,7 @@ import tiny_run as runs
 import yaml
 from workflow_util import REPO, planned_jobs
 
-from drpipe.config import ConfigError, scale_overlay
+from drpipe.config import ConfigError, scale_overlay, split_run_name
 from drpipe.corpus.sources import iter_dpr_tsv
 from drpipe.corpus.wiki import drop_reason, iter_pages
 from drpipe.qa.datasets import load_questions
@@ -150,7 +150,7 @@ def test_rehearsal_dag_is_the_paper_dag(tmp_path: Path) -> None:
     # HNSW for the passage methods, flat for DCSR's sentences (its released code's).
     assert counts["released_model"] == 2 and counts["dcsr_table"] == 7
     built = {o for r, o in core_r if r == "build_index"}
-    want = {o: "flat" if o.split("/")[2].split(".")[0] == "dcsr" else "hnsw" for o in built}
+    want = {o: "flat" if split_run_name(o.split("/")[2])[0] == "dcsr" else "hnsw" for o in built}
     assert built and all(o.endswith(f"/{kind}.faiss") for o, kind in want.items())
     assert {"flat", "hnsw"} <= set(want.values())
 
