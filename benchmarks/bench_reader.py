@@ -142,7 +142,7 @@ def plain_train(
     model = AutoModelForQuestionAnswering.from_pretrained(resolve_init(cfg["init"])).train()
     opt = torch.optim.AdamW(model.parameters(), lr=float(cfg["lr"]))
     # A fresh token cache holding what the trainer's holds before its first step.
-    trainer.tokens = Tokens(trainer.reader.tokenizer, trainer.passages)
+    trainer.tokens = Tokens(trainer.model.tokenizer, trainer.passages)
     for ex in trainer.examples:
         trainer.tokens[ex.positive]
     batches = epoch_batches(len(trainer.examples), int(cfg["batch_size"]), int(cfg["seed"]), 0)

@@ -205,7 +205,7 @@ def test_training_steps_lower_the_loss(files, tmp_path):
     def loss_now() -> float:
         ids, att, text, present, spans = t.collate(idx, 0)
         with torch.no_grad():
-            s, e, sel = t.reader(ids, att)
+            s, e, sel = t.model(ids, att)
         return reader_loss(s, e, sel, text, present, spans)[0].item()
 
     before = loss_now()

@@ -1,9 +1,10 @@
 """Training a reader on a retriever's results (DPR section 6.1), on the shared training pieces.
 
-From ``drpipe.training`` it reuses the optimizer and schedule (``build``), the seeded batch
-order and validation split (``data``), RNG states, fingerprints and atomic checkpoints
-(``checkpoints``), and the DDP helpers (``distributed``): under ``torchrun`` each rank reads its
-share of a global batch and gradients are summed, so the update equals the single-process one.
+``ReaderTrainer`` is a ``drpipe.training.base.BaseTrainer``, as the retriever's loop is: the
+same process setup, seeded global batches, schedule, optimizer step, checkpoints and model
+directory; under ``torchrun`` each rank reads its share of a global batch and gradients are
+summed, so the update equals the single-process one. Its own are the examples (a question's
+answer-bearing passage and sampled negatives), the loss, and validation by exact match.
 
 Checkpoint selection: a seeded ``val_fraction`` of the training questions is held out (never
 test questions); after each epoch they are read end to end over their top ``val_k`` passages
@@ -15,20 +16,16 @@ ends with the same weights.
 from __future__ import annotations
 
 import logging
-import random
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 
 from drpipe.corpus.passages import load_passages
-from drpipe.encoders import autocast, select_device, use_bf16
+from drpipe.encoders import autocast
 from drpipe.errors import InputError
-from drpipe.io import atomic_path
 from drpipe.qa.datasets import read_questions
 from drpipe.reader.examples import Example, build_examples, read_gold, sample_negatives
 from drpipe.reader.inputs import encode, pad_inputs
@@ -37,21 +34,15 @@ from drpipe.reader.model import build_reader
 from drpipe.reader.score import Tokens, exact_match_percent, predict, score_pairs
 from drpipe.reader.settings import RUNTIME_KEYS, limits, resolve_cfg
 from drpipe.runs import read_run
-from drpipe.training.build import deterministic_on_cpu, linear_schedule, make_optimizer
-from drpipe.training.checkpoints import (
-    fingerprint,
-    load_checkpoint,
-    rng_states,
-    save_checkpoint,
-    set_rng_states,
-)
-from drpipe.training.data import epoch_batches, shard, split_validation
-from drpipe.training.distributed import init_distributed, rank_threads, sum_gradients
+from drpipe.training.base import BaseTrainer
+from drpipe.training.build import make_optimizer
+from drpipe.training.checkpoints import fingerprint
+from drpipe.training.data import shard, split_validation
 
 log = logging.getLogger(__name__)
 
 
-class ReaderTrainer:
+class ReaderTrainer(BaseTrainer):
     def __init__(
         self,
         run_path: str | Path,
@@ -61,24 +52,12 @@ class ReaderTrainer:
         cfg: dict[str, Any],
         gold_path: str | Path | None = None,
     ):
-        self.t_start = time.perf_counter()
-        self.cfg = cfg = resolve_cfg(cfg)
-        self.out_dir = Path(out_dir)
-        self.ckpt_dir = self.out_dir.with_name(self.out_dir.name + ".ckpt")
-        self.dctx, self.created_group = init_distributed()
-        self.is_main = self.dctx.rank == 0
-        self.seed = seed = int(cfg["seed"])
-        self.threads = rank_threads(cfg["threads"])
-        torch.set_num_threads(self.threads)
-        self.device = select_device()
-        self.bf16 = use_bf16(cfg["bf16"], self.device)
-        deterministic_on_cpu(self.device)
-        random.seed(seed + self.dctx.rank)
-        np.random.seed(seed + self.dctx.rank)
-
-        self.reader = build_reader(cfg["init"], limits(cfg), cfg["dropout"], seed).to(self.device)
-        torch.manual_seed(seed + self.dctx.rank)
-        self.reader.train()
+        cfg = resolve_cfg(cfg)
+        self._start(cfg, out_dir)
+        self.model = build_reader(cfg["init"], limits(cfg), cfg["dropout"], self.seed)
+        self.model.to(self.device)
+        self._seed_torch()
+        self.model.train()
 
         questions = read_questions(questions_path)
         depth = int(cfg["depth"])
@@ -89,16 +68,16 @@ class ReaderTrainer:
             self.passages = load_passages(passages_path, needed)
         except KeyError as exc:
             raise InputError(run_path, None, f"run refers to unknown passages: {exc}") from None
-        self.tokens = Tokens(self.reader.tokenizer, self.passages)
-        tr, va = split_validation(len(questions), float(cfg["val_fraction"]), seed)
+        self.tokens = Tokens(self.model.tokenizer, self.passages)
+        tr, va = split_validation(len(questions), float(cfg["val_fraction"]), self.seed)
         self.val_questions = [questions[i] for i in va]
         built = build_examples(
-            self.reader.tokenizer,
+            self.model.tokenizer,
             [questions[i] for i in tr],
             self.ranked,
             self.passages,
             self.tokens,
-            self.reader.limits,
+            self.model.limits,
             read_gold(gold_path),
             depth,
         )
@@ -108,21 +87,9 @@ class ReaderTrainer:
         if not self.examples:
             raise InputError(run_path, None, "no training question has an answer-bearing passage")
 
-        self.params = [p for p in self.reader.parameters() if p.requires_grad]
-        self.optimizer = make_optimizer(self.reader, cfg)
-        self.batch_size, self.epochs = int(cfg["batch_size"]), int(cfg["epochs"])
-        if self.batch_size < self.dctx.world_size:
-            raise SystemExit(f"error: batch_size {self.batch_size} < {self.dctx.world_size} ranks")
-        self.per_epoch = len(self._batches(0))
-        self.total_steps = self.per_epoch * self.epochs
-        self.warmup = (
-            int(round(float(cfg["warmup_ratio"]) * self.total_steps))
-            if cfg["warmup_ratio"] is not None
-            else int(cfg["warmup_steps"])
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, linear_schedule(self.warmup, self.total_steps)
-        )
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(self.model, cfg)
+        self._schedule(len(self.examples))
         files = [Path(p) for p in (run_path, questions_path, passages_path)]
         self.fp = fingerprint("reader", cfg, files, [Path(gold_path)] if gold_path else [])
         self.state: dict[str, Any] = {
@@ -130,18 +97,12 @@ class ReaderTrainer:
             "train_curve": [], "val_curve": [], "epoch_losses": [], "train_seconds": 0.0,
             "examples": 0,
         }  # fmt: skip
-        self.resumed_from: int | None = None
-
-    def _batches(self, epoch: int) -> list[np.ndarray]:
-        return epoch_batches(
-            len(self.examples), self.batch_size, self.seed, epoch, self.dctx.world_size
-        )
 
     # ---- one step
 
     def collate(self, idx: np.ndarray, epoch: int):
         m = int(self.cfg["passages"])
-        tok, lim = self.reader.tokenizer, self.reader.limits
+        tok, lim = self.model.tokenizer, self.model.limits
         rows, spans, present = [], [], []
         for i in idx:
             ex = self.examples[int(i)]
@@ -161,16 +122,11 @@ class ReaderTrainer:
         dev = self.device
         self.optimizer.zero_grad(set_to_none=True)
         with autocast(dev, self.bf16):
-            start, end, select = self.reader(ids.to(dev), att.to(dev))
+            start, end, select = self.model(ids.to(dev), att.to(dev))
         loss, stats = reader_loss(
             start, end, select, text.to(dev), present.to(dev), spans, denominator=global_size
         )
-        loss.backward()
-        sum_gradients(self.params, self.dctx)
-        if self.cfg["grad_clip"]:
-            torch.nn.utils.clip_grad_norm_(self.params, float(self.cfg["grad_clip"]))
-        self.optimizer.step()
-        self.scheduler.step()
+        self._apply(loss)
         return stats
 
     # ---- validation, checkpoints
@@ -182,7 +138,7 @@ class ReaderTrainer:
             (q["qid"], p) for q in self.val_questions for p in self.ranked.get(q["qid"], [])[:k]
         ]
         rows = score_pairs(
-            self.reader, pairs, qs, self.passages, batch_size=int(self.cfg["eval_batch_size"]),
+            self.model, pairs, qs, self.passages, batch_size=int(self.cfg["eval_batch_size"]),
             device=self.device, bf16=self.bf16, tokens=self.tokens, show_progress=False,
         )  # fmt: skip
         scores = {(r["qid"], r["pid"]): r for r in rows}
@@ -190,33 +146,12 @@ class ReaderTrainer:
         return {"em": exact_match_percent(preds), "k": k, "n_questions": len(preds)}
 
     def checkpoint(self) -> None:
-        rngs = [rng_states()]
-        if self.dctx.world_size > 1:
-            rngs = [None] * self.dctx.world_size
-            dist.all_gather_object(rngs, rng_states())
-        if self.is_main:
-            save_checkpoint(
-                self.ckpt_dir,
-                {
-                    "fingerprint": self.fp,
-                    "model": self.reader.state_dict(),
-                    "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(),
-                    "rng": rngs,
-                    "state": self.state,
-                },
-            )
+        self._checkpoint({"state": self.state})
 
     def resume(self) -> None:
-        saved = load_checkpoint(self.ckpt_dir, self.fp)
+        saved = self._restore()
         if saved is None:
-            if self.is_main and self.ckpt_dir.exists():
-                shutil.rmtree(self.ckpt_dir)
             return
-        self.reader.load_state_dict(saved["model"])
-        self.optimizer.load_state_dict(saved["optimizer"])
-        self.scheduler.load_state_dict(saved["scheduler"])
-        set_rng_states(saved["rng"][self.dctx.rank])
         self.state = saved["state"]
         self.resumed_from = self.state["step"]
         log.info("resumed from %s at step %d", self.ckpt_dir, self.state["step"])
@@ -230,9 +165,7 @@ class ReaderTrainer:
             log.info("epoch %d: held-out EM %.2f", st["epoch"], entry["em"])
             if st["best"] is None or entry["em"] > st["best"]["em"]:
                 st["best"] = {"em": entry["em"], "epoch": st["epoch"]}
-                if self.is_main:
-                    with atomic_path(self.ckpt_dir / "best", directory=True) as tmp:
-                        self.reader.save(tmp)
+                self._keep_best()
         st["val_curve"].append(entry)
         st["epoch_losses"] = []
         st["epoch"] += 1
@@ -275,19 +208,6 @@ class ReaderTrainer:
             self.end_epoch()
         self.finish()
         return self.report()
-
-    def finish(self) -> None:
-        if self.is_main:
-            with atomic_path(self.out_dir, directory=True) as tmp:
-                if (self.ckpt_dir / "best").is_dir():
-                    shutil.copytree(self.ckpt_dir / "best", tmp, dirs_exist_ok=True)
-                else:
-                    self.reader.save(tmp)
-            shutil.rmtree(self.ckpt_dir, ignore_errors=True)
-        if self.dctx.world_size > 1:
-            dist.barrier()
-            if self.created_group:
-                dist.destroy_process_group()
 
     def report(self) -> dict[str, Any]:
         st = self.state

@@ -27,6 +27,8 @@ Modules, from the bottom up (cfg keys and their defaults are in ``settings``):
 - ``distributed``: process group, gradient and statistic sums over ranks, thread counts
 - ``checkpoints``: RNG states, what a checkpoint belongs to, saving and loading one
 - ``build``: the bi-encoder, its optimizer and learning-rate schedule, ``init_model``
+- ``base``: ``BaseTrainer``, what the loop and the reader's trainer share (process setup,
+  batches, schedule, optimizer step, checkpoints, the model directory)
 - ``validation``: loss and average rank of the positive on the validation examples
 - ``loop``: ``Trainer`` and ``train_model``, the loop itself
 - ``cli``: the ``train`` and ``init-model`` subcommands

@@ -8,8 +8,6 @@ optimizer, schedule, validation, checkpoints and DDP (see ``drpipe.training``).
 from __future__ import annotations
 
 import logging
-import random
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,28 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-import torch.distributed as dist
 
-from drpipe.encoders import autocast, select_device, use_bf16
-from drpipe.io import atomic_path, progress
+from drpipe.encoders import autocast
+from drpipe.io import progress
 from drpipe.methods import get_method
 from drpipe.methods.base import CollateContext
-from drpipe.training.build import (
-    build_model,
-    deterministic_on_cpu,
-    linear_schedule,
-    make_optimizer,
-)
-from drpipe.training.checkpoints import (
-    fingerprint,
-    load_checkpoint,
-    rng_states,
-    save_checkpoint,
-    set_rng_states,
-)
-from drpipe.training.data import check_dropped, epoch_batches, load_training_data, shard
-from drpipe.training.distributed import init_distributed, rank_threads, sum_gradients
+from drpipe.training.base import BaseTrainer
+from drpipe.training.build import build_model, make_optimizer
+from drpipe.training.checkpoints import fingerprint
+from drpipe.training.data import check_dropped, load_training_data, shard
 from drpipe.training.settings import resolve_cfg
 from drpipe.training.validation import validate
 
@@ -66,7 +51,7 @@ class Progress:
     )
 
 
-class Trainer:
+class Trainer(BaseTrainer):
     """One training run: the model, its optimizer and schedule, the method, checkpoints.
 
     ``run()`` goes epoch by epoch: ``train_step`` per global batch, ``end_epoch`` (validate,
@@ -82,26 +67,13 @@ class Trainer:
         val_paths: Sequence[str | Path] = (),
         corpus: dict[str, str | Path] | None = None,
     ):
-        self.t_start = time.perf_counter()
         self.method_name = method_name
         self.method = get_method(method_name, cfg)
-        self.cfg = cfg = resolve_cfg(self.method.config_defaults(), cfg)
+        cfg = resolve_cfg(self.method.config_defaults(), cfg)
+        self._start(cfg, out_dir)
+        self._seed_torch()
         self.train_paths = [Path(p) for p in train_paths]
         self.val_paths = [Path(p) for p in val_paths]
-        self.out_dir = Path(out_dir)
-        self.ckpt_dir = self.out_dir.with_name(self.out_dir.name + ".ckpt")
-        self.dctx, self.created_group = init_distributed()
-        self.is_main = self.dctx.rank == 0
-        self.seed = seed = int(cfg["seed"])
-
-        self.threads = rank_threads(cfg["threads"])
-        torch.set_num_threads(self.threads)
-        self.device = select_device()
-        self.bf16 = use_bf16(cfg["bf16"], self.device)
-        deterministic_on_cpu(self.device)
-        random.seed(seed + self.dctx.rank)
-        np.random.seed(seed + self.dctx.rank)
-        torch.manual_seed(seed + self.dctx.rank)  # different dropout masks per rank, as in DDP
 
         self.train, self.val, self.counts, origins = load_training_data(
             self.train_paths, self.val_paths, cfg
@@ -122,43 +94,18 @@ class Trainer:
         self.method.attach(self.model)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(self.model, cfg)
-
-        self.batch_size, self.epochs = int(cfg["batch_size"]), int(cfg["epochs"])
-        if self.batch_size < self.dctx.world_size:
-            raise SystemExit(f"error: batch_size {self.batch_size} < {self.dctx.world_size} ranks")
-        self.per_epoch = len(self._batches(0))
-        self.total_steps = self.per_epoch * self.epochs
-        self.warmup = (
-            int(round(float(cfg["warmup_ratio"]) * self.total_steps))
-            if cfg["warmup_ratio"] is not None
-            else int(cfg["warmup_steps"])
-        )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, linear_schedule(self.warmup, self.total_steps)
-        )
+        self._schedule(len(self.train))
         self.fp = fingerprint(method_name, cfg, self.train_paths, self.val_paths)
         self.progress = Progress()
-        self.resumed_from: int | None = None
-
-    def _batches(self, epoch: int) -> list[np.ndarray]:
-        return epoch_batches(
-            len(self.train), self.batch_size, self.seed, epoch, self.dctx.world_size
-        )
 
     # ---- checkpoints
 
     def resume(self) -> None:
         """Continue from this run's checkpoint, if there is one for these inputs and cfg."""
-        state = load_checkpoint(self.ckpt_dir, self.fp)
+        state = self._restore()
         if state is None:
-            if self.is_main and self.ckpt_dir.exists():
-                shutil.rmtree(self.ckpt_dir)
             return
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
         self.method.load_state_dict(state["method"])
-        set_rng_states(state["rng"][self.dctx.rank])
         pr = self.progress
         pr.epoch, pr.batch_pos, pr.step = state["epoch"], state["batch_pos"], state["step"]
         pr.best, pr.history = state["best"], state["history"]
@@ -169,28 +116,17 @@ class Trainer:
         )  # fmt: skip
 
     def checkpoint(self) -> None:
-        rngs = [rng_states()]
-        if self.dctx.world_size > 1:
-            rngs = [None] * self.dctx.world_size
-            dist.all_gather_object(rngs, rng_states())
-        if self.is_main:
-            pr = self.progress
-            save_checkpoint(
-                self.ckpt_dir,
-                {
-                    "fingerprint": self.fp,
-                    "epoch": pr.epoch,
-                    "batch_pos": pr.batch_pos,
-                    "step": pr.step,
-                    "model": self.model.state_dict(),
-                    "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(),
-                    "method": self.method.state_dict(),
-                    "rng": rngs,
-                    "best": pr.best,
-                    "history": pr.history,
-                },
-            )
+        pr = self.progress
+        self._checkpoint(
+            {
+                "epoch": pr.epoch,
+                "batch_pos": pr.batch_pos,
+                "step": pr.step,
+                "method": self.method.state_dict(),
+                "best": pr.best,
+                "history": pr.history,
+            }
+        )
 
     # ---- steps and epochs
 
@@ -201,12 +137,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         with autocast(self.device, self.bf16):
             loss, stats = self.method.loss(self.model, batch, self.dctx, train=True)
-        loss.backward()
-        sum_gradients(self.params, self.dctx)
-        if self.cfg["grad_clip"]:
-            torch.nn.utils.clip_grad_norm_(self.params, float(self.cfg["grad_clip"]))
-        self.optimizer.step()
-        self.scheduler.step()
+        self._apply(loss)
         self.method.after_step(self.model)
         return stats["loss"]
 
@@ -231,9 +162,7 @@ class Trainer:
             key = (entry["avg_rank"], entry["loss"])
             if pr.best is None or key < tuple(pr.best["key"]):
                 pr.best = {"key": list(key), "epoch": pr.epoch, "step": pr.step}
-                if self.is_main:
-                    with atomic_path(self.ckpt_dir / "best", directory=True) as tmp:
-                        self.model.save(tmp)
+                self._keep_best()
         pr.history["val_curve"].append(entry)
         pr.history["epoch_losses"].clear()
         pr.epoch += 1
@@ -292,20 +221,6 @@ class Trainer:
         bar.close()
         self.finish()
         return self.report()
-
-    def finish(self) -> None:
-        """Write the best model (or the last, without validation) to ``out_dir`` atomically."""
-        if self.is_main:
-            with atomic_path(self.out_dir, directory=True) as tmp:
-                if self.val and (self.ckpt_dir / "best").is_dir():
-                    shutil.copytree(self.ckpt_dir / "best", tmp, dirs_exist_ok=True)
-                else:
-                    self.model.save(tmp)
-            shutil.rmtree(self.ckpt_dir, ignore_errors=True)
-        if self.dctx.world_size > 1:
-            dist.barrier()
-            if self.created_group:
-                dist.destroy_process_group()
 
     def report(self) -> dict[str, Any]:
         pr, h = self.progress, self.progress.history
