@@ -181,7 +181,8 @@ def main() -> None:
     if args.path_passages:
         size = dataclasses.replace(size, n_paths=args.path_passages)
     from drpipe.encode import encode_shard
-    from drpipe.encoders import cpu_flags, resolve_precision, select_device
+    from drpipe.encoders import resolve_precision, select_device
+    from drpipe.environment import cpu_flags
     from drpipe.io import write_parquet
 
     auto = resolve_precision("auto", select_device())
@@ -275,7 +276,7 @@ def main() -> None:
 
 def report(out: Path, result: dict, auto) -> None:
     """Write the result JSON and print it with the result lines."""
-    from drpipe.encoders import cpu_flags
+    from drpipe.environment import cpu_flags
     from drpipe.io import write_json
 
     result["machine"]["load_average_at_end"] = os.getloadavg()

@@ -356,7 +356,7 @@ def main() -> None:
         max_len=args.max_len, rounds=args.rounds, pairs=args.pairs,
     )  # fmt: skip
 
-    from drpipe.encoders import cpu_flags
+    from drpipe.environment import cpu_flags
     from drpipe.io import write_json
 
     t_start = time.perf_counter()

@@ -7,7 +7,7 @@ KIND: ``avx512_vnni`` (AVX-512 with VNNI, no bf16 or AMX), ``avx512`` (AVX-512 w
 or ``avx2`` (AVX2 and FMA only). ``benchmarks/cpuid_mask.c`` is compiled (gcc, once per
 source, in the temporary folder, ``$TMPDIR/drpipe-cpuid-mask/``) and preloaded: CPUID faults and is
 answered without that kind's features, so torch, oneDNN, MKL and ONNX Runtime choose the
-kernels they would choose there, and ``drpipe.encoders.cpu_flags`` (which follows torch's
+kernels they would choose there, and ``drpipe.environment.cpu_flags`` (which follows torch's
 CPUID view) resolves ``auto`` as there. What it does not emulate: the other kind's cores,
 caches and clocks; the kernels run on this CPU. A ratio of two paths measured so (say int8
 over fp32) says which kernels are faster per core where the vector units are alike, not the

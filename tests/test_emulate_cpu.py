@@ -1,5 +1,5 @@
 """benchmarks/emulate_cpu.py: a command run as on an older x86 CPU sees that CPU's features in
-CPUID (torch's kernel dispatch, and ``drpipe.encoders.cpu_flags``, hence ``auto``); a real
+CPUID (torch's kernel dispatch, and ``drpipe.environment.cpu_flags``, hence ``auto``); a real
 segmentation fault is still one; and ``cpu_flags`` follows torch's CPUID view."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from drpipe import encoders
+from drpipe import environment
 from drpipe.environment import cpu_info
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +26,8 @@ needs_cpuid_faulting = pytest.mark.skipif(WHY is not None, reason=f"emulate_cpu:
 
 PROBE = """
 import json, torch
-from drpipe.encoders import cpu_flags, resolve_precision
+from drpipe.encoders import resolve_precision
+from drpipe.environment import cpu_flags
 from drpipe.quantize import weight_bits
 print(json.dumps({"isa": torch.backends.cpu.get_cpu_capability(), "flags": sorted(cpu_flags()),
                   "auto": resolve_precision("auto", "cpu").reason, "bits": weight_bits()}))
@@ -84,27 +85,25 @@ def test_bad_arguments_say_how(tmp_path):
 
 
 def test_cpu_flags_follow_torchs_cpuid_view(monkeypatch):
-    from drpipe import environment
-
     proc = {"flags": ["avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "asimd"]}
     monkeypatch.setattr(environment, "cpu_info", lambda: proc)
     # CPUID (as torch reads it) lacks bf16 and AMX: they are not this process's flags
     caps = {"avx2": True, "fma3": True, "avx512_f": True, "avx512_bf16": False, "amx_bf16": False}
-    monkeypatch.setattr(encoders, "torch_capabilities", lambda: caps)
-    encoders.cpu_flags.cache_clear()
+    monkeypatch.setattr(environment, "torch_capabilities", lambda: caps)
+    environment.cpu_flags.cache_clear()
     try:
-        assert encoders.cpu_flags() == {"avx2", "fma", "avx512f", "asimd"}
+        assert environment.cpu_flags() == {"avx2", "fma", "avx512f", "asimd"}
         # torch without a view (older builds, other architectures): /proc/cpuinfo's flags
-        monkeypatch.setattr(encoders, "torch_capabilities", lambda: {})
-        encoders.cpu_flags.cache_clear()
-        assert encoders.cpu_flags() == set(proc["flags"])
+        monkeypatch.setattr(environment, "torch_capabilities", lambda: {})
+        environment.cpu_flags.cache_clear()
+        assert environment.cpu_flags() == set(proc["flags"])
         # no /proc/cpuinfo: torch's view alone
         monkeypatch.setattr(environment, "cpu_info", lambda: {"flags": []})
-        monkeypatch.setattr(encoders, "torch_capabilities", lambda: caps)
-        encoders.cpu_flags.cache_clear()
-        assert encoders.cpu_flags() == {"avx2", "fma", "avx512f"}
+        monkeypatch.setattr(environment, "torch_capabilities", lambda: caps)
+        environment.cpu_flags.cache_clear()
+        assert environment.cpu_flags() == {"avx2", "fma", "avx512f"}
     finally:
-        encoders.cpu_flags.cache_clear()
+        environment.cpu_flags.cache_clear()
 
 
 @needs_cpuid_faulting

@@ -22,7 +22,6 @@ accuracy bound, ``AUTO_PATHS``).
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import logging
@@ -36,6 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from drpipe.environment import cpu_flags
 from drpipe.errors import InputError
 from drpipe.io import progress
 from drpipe.quantize import has_onnxruntime, int8_backend, quantize_int8, weight_bits
@@ -111,38 +111,6 @@ AUTO_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("x86", ("avx2",), ("int8", "fp32")),
     ("other", (), ("fp32",)),
 )
-
-
-# torch's names for the flags of drpipe.environment.CPU_FLAGS that decide a path.
-TORCH_CAPABILITIES = {
-    "avx2": "avx2", "fma": "fma3", "avx512f": "avx512_f", "avx512_vnni": "avx512_vnni",
-    "avx512_bf16": "avx512_bf16", "avx_vnni": "avx_vnni", "amx_tile": "amx_tile",
-    "amx_bf16": "amx_bf16", "amx_int8": "amx_int8",
-}  # fmt: skip
-
-
-def torch_capabilities() -> dict[str, bool]:
-    """The CPU features torch's cpuinfo reads from CPUID ({} where it cannot say)."""
-    try:
-        caps = torch.cpu.get_capabilities()
-    except (AttributeError, RuntimeError):
-        return {}
-    return {k: v for k, v in caps.items() if isinstance(v, bool)}
-
-
-@functools.cache
-def cpu_flags() -> frozenset[str]:
-    """This CPU's flags that decide a precision path: the ones the environment record keeps
-    (``drpipe.environment.CPU_FLAGS``, from /proc/cpuinfo) that CPUID also reports to torch,
-    else torch's view alone. The kernels' dispatchers read CPUID, so a kind of CPU emulated by
-    masking it (``benchmarks/emulate_cpu.py``) is resolved as that kind."""
-    from drpipe.environment import cpu_info
-
-    flags = set(cpu_info()["flags"])
-    caps = torch_capabilities()
-    if not flags:  # no /proc/cpuinfo (not Linux): torch's capability probe
-        return frozenset(f for f, cap in TORCH_CAPABILITIES.items() if caps.get(cap))
-    return frozenset(f for f in flags if caps.get(TORCH_CAPABILITIES.get(f, ""), True))
 
 
 def cpu_has_fast_bf16(flags: Iterable[str] | None = None) -> bool:

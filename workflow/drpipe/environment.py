@@ -7,6 +7,7 @@ AOpt) and the audit reads them, while ``drpipe.provenance`` is the ``provenance`
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 import platform
@@ -88,6 +89,38 @@ def cpu_info() -> dict[str, Any]:
     if os.environ.get("CPUID_MASK"):
         info["emulated_kind"] = os.environ["CPUID_MASK"]
     return info
+
+
+# torch's names for the flags of CPU_FLAGS that decide a precision path.
+TORCH_CAPABILITIES = {
+    "avx2": "avx2", "fma": "fma3", "avx512f": "avx512_f", "avx512_vnni": "avx512_vnni",
+    "avx512_bf16": "avx512_bf16", "avx_vnni": "avx_vnni", "amx_tile": "amx_tile",
+    "amx_bf16": "amx_bf16", "amx_int8": "amx_int8",
+}  # fmt: skip
+
+
+def torch_capabilities() -> dict[str, bool]:
+    """The CPU features torch's cpuinfo reads from CPUID ({} where it cannot say)."""
+    import torch  # not at import time: the environment record is also read without torch
+
+    try:
+        caps = torch.cpu.get_capabilities()
+    except (AttributeError, RuntimeError):
+        return {}
+    return {k: v for k, v in caps.items() if isinstance(v, bool)}
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """This CPU's flags that decide a precision path: the ones the environment record keeps
+    (``CPU_FLAGS``, from /proc/cpuinfo) that CPUID also reports to torch, else torch's view
+    alone. The kernels' dispatchers read CPUID, so a kind of CPU emulated by masking it
+    (``benchmarks/emulate_cpu.py``) is resolved as that kind."""
+    flags = set(cpu_info()["flags"])
+    caps = torch_capabilities()
+    if not flags:  # no /proc/cpuinfo (not Linux): torch's capability probe
+        return frozenset(f for f, cap in TORCH_CAPABILITIES.items() if caps.get(cap))
+    return frozenset(f for f in flags if caps.get(TORCH_CAPABILITIES.get(f, ""), True))
 
 
 def torch_build() -> dict[str, Any]:

@@ -38,6 +38,8 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
+from drpipe.environment import cpu_flags
+
 log = logging.getLogger(__name__)
 
 
@@ -61,8 +63,6 @@ WEIGHT_BITS = ("auto", 7, 8)
 
 def reduce_range() -> bool:
     """7-bit weights for ONNX Runtime's int8 on this CPU (see the module's docstring)."""
-    from drpipe.encoders import cpu_flags  # drpipe.encoders imports this module
-
     return saturates(cpu_flags())
 
 
