@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from drpipe.claim_stats import mcnemar_exact, paired_bootstrap
 from drpipe.claims import read_ranks
+from drpipe.claims.stats import mcnemar_exact, paired_bootstrap
 from drpipe.tables.precision import report_precision
 
 REPO = Path(__file__).resolve().parents[1]

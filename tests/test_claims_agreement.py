@@ -9,7 +9,7 @@ import pytest
 from workflow_util import REPO
 
 from drpipe.claims import COLUMNS
-from drpipe.claims_agreement import agreement, read_claims, render
+from drpipe.claims.agreement import agreement, read_claims, render
 from drpipe.cli import main
 from drpipe.errors import InputError
 

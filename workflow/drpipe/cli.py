@@ -35,7 +35,7 @@ MODULES = [
     "drpipe.provenance",
     "drpipe.summary",
     "drpipe.claims",
-    "drpipe.claims_agreement",
+    "drpipe.claims.agreement",
     "drpipe.audit",
     "drpipe.estimate",
 ]

@@ -2,7 +2,7 @@
 # shows (`snakemake --report results/report.html`; `make audit` builds all of it).
 from drpipe.claims import claim_inputs, resolve_claims
 
-# The claims of drpipe/claims.yaml resolved against this config: runs to compare, or the
+# The claims of drpipe/claims/claims.yaml resolved against this config: runs to compare, or the
 # reason a claim cannot be tested (a method not registered, a variant not configured).
 CLAIMS = resolve_claims(C)
 

@@ -15,9 +15,10 @@ and computes
 - the exact McNemar test on the discordant questions (a hit and b miss, or the reverse),
 - a verdict: holds, reversed, not significant, or not tested (with the reason).
 
-The statistics are ``drpipe.claim_stats``; resolving one system spec against a config is
-``drpipe.claim_systems``. This module holds the claims as data, their resolution, the claims
-table and the ``claims`` subcommand.
+The package: ``stats``, the paired statistics; ``systems``, one system spec resolved against a
+config; ``agreement``, two runs' verdicts compared claim by claim (``drpipe claims-agreement``);
+``claims.yaml``, the format's shared defaults. This module holds the claims as data, their
+resolution, the claims table and the ``claims`` subcommand.
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from drpipe.claim_stats import claim_seed, holm, mcnemar_exact, paired_bootstrap, verdict
-from drpipe.claim_systems import metrics_json, per_question_file, resolve_scope, resolve_system
+from drpipe.claims.stats import claim_seed, holm, mcnemar_exact, paired_bootstrap, verdict
+from drpipe.claims.systems import metrics_json, per_question_file, resolve_scope, resolve_system
 from drpipe.cliutil import add_cfg
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, read_json
@@ -45,7 +46,7 @@ from drpipe.papers import papers
 log = logging.getLogger(__name__)
 
 # Read at run time: part of the code hash of every rule that imports this module.
-PACKAGE_DATA = ("claims.yaml", "papers/*/claims.yaml")
+PACKAGE_DATA = ("claims/claims.yaml", "papers/*/claims.yaml")
 EXPECT = ("greater", "less", "not_greater")
 VERDICTS = ("holds", "reversed", "not significant", "not tested")
 SYSTEM_KEYS = {"run", "method", "hybrid", "paper_row", "overrides", "key", "pick", "requires",
@@ -127,7 +128,7 @@ def _check_system(spec: Any, where: str, at: str) -> None:
         raise InputError(where, at, "'key' and 'pick' (max|min) go together")
 
 
-def validate_claims(doc: Any, where: str = "drpipe/claims.yaml") -> tuple[dict, list[dict]]:
+def validate_claims(doc: Any, where: str = "drpipe/claims/claims.yaml") -> tuple[dict, list[dict]]:
     """(defaults, claims) of a claims document; errors name the claim and the key."""
     if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
         raise InputError(where, None, "expected a mapping with a 'claims' list")
@@ -168,7 +169,7 @@ def validate_claims(doc: Any, where: str = "drpipe/claims.yaml") -> tuple[dict, 
 def load_claims() -> tuple[dict, list[dict]]:
     """The shared defaults (``claims.yaml``) and every registered paper's claims, papers in
     registry order; each claim's ``paper`` must be the folder it is declared in."""
-    text = resources.files("drpipe").joinpath("claims.yaml").read_text(encoding="utf-8")
+    text = resources.files("drpipe.claims").joinpath("claims.yaml").read_text(encoding="utf-8")
     doc = {"defaults": (yaml.safe_load(text) or {}).get("defaults"), "claims": []}
     for p in papers():
         path = p.file("claims.yaml")
