@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import itertools
 import json
 from pathlib import Path
 
@@ -532,3 +533,76 @@ def test_retrieval_keeps_each_passages_best_sentence():
     assert by_pid == {3: 3 * SENT_SLOTS + 1, 5: 5 * SENT_SLOTS, 7: 7 * SENT_SLOTS + 2}
     dpr = get_method("dpr")
     assert search_passages_units(dpr, Index(), np.zeros((2, 3)), 2)[2] is None
+
+
+# ----------------------------------------------------------------------------- ranks
+
+
+def _one_step(init: str, paths: dict, pool: list[dict], part: list[int], ctx: DistContext):
+    """Loss and summed gradients of one global batch ``pool`` (dropout off), this rank
+    collating the examples ``part`` of it."""
+    from drpipe.training.distributed import sum_gradients
+
+    cfg = tiny_cfg(init, dropout=0.0)
+    torch.manual_seed(0)
+    model = build_model(cfg, ["<sent>"])
+    method = get_method("dcsr", cfg)
+    method.prepare(paths, pool)
+    cctx = CollateContext(model=model, seed=1, epoch=0, sample=True, pool=pool)
+    batch = method.collate([(i, pool[i]) for i in part], cctx)
+    loss, stats = method.loss(model, batch, ctx, train=True)
+    loss.backward()
+    params = [p for p in model.parameters() if p.requires_grad]
+    sum_gradients(params, ctx)
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return float(loss.detach()), stats, grads
+
+
+# Each rank's part of the global batch (pool[3] is the example whose answer straddles two
+# sentences, dropped): rank 1 left with no question, which must still join every gather and
+# gradient sum; and both ranks with questions, rank 1's positives offset by rank 0's sentences.
+SPLITS = {"empty": ([0, 1, 2], [3]), "offset": ([0, 3], [1, 2])}
+
+
+def _ddp_dcsr_worker(rank: int, port: int, init: str, paths: dict, pool: list, out: str) -> None:
+    import os
+
+    import torch.distributed as tdist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")  # fmt: skip
+    torch.set_num_threads(1)
+    tdist.init_process_group("gloo", rank=rank, world_size=2)
+    for split, parts in SPLITS.items():
+        loss, stats, grads = _one_step(
+            init, paths, pool, parts[rank], DistContext(rank=rank, world_size=2)
+        )
+        torch.save({"loss": loss, "stats": stats, "grads": grads}, Path(out) / f"{split}{rank}.pt")
+    tdist.destroy_process_group()
+
+
+@pytest.mark.both_cores
+def test_two_gloo_ranks_one_without_questions_match_one_process(
+    tmp_path, corpus, examples, tiny_bert
+):
+    """DCSR under torchrun: sentence vectors gathered over ranks (each rank's slot keeps its
+    gradient), a rank whose questions all dropped joins with zero gradients, and the summed
+    gradients and the loss equal one process's on the whole global batch."""
+    import torch.multiprocessing as mp
+    from test_training import assert_close_to_scale, free_port
+
+    pool = [*examples[:3], _straddling(corpus)]
+    paths = corpus["paths"]
+    mp.spawn(_ddp_dcsr_worker, args=(free_port(), tiny_bert, paths, pool, str(tmp_path)),
+             nprocs=2, join=True)  # fmt: skip
+    torch.set_num_threads(1)
+    loss, stats, grads = _one_step(tiny_bert, paths, pool, [0, 1, 2, 3], DistContext())
+    assert stats["n_questions"] == 3  # the straddling one dropped here too
+    top = max(float(g.abs().max()) for g in grads.values())
+    for split, rank in itertools.product(SPLITS, (0, 1)):
+        got = torch.load(tmp_path / f"{split}{rank}.pt")
+        assert got["loss"] == pytest.approx(loss, rel=1e-5), split
+        assert got["stats"]["n_questions"] == 3 and got["stats"]["correct"] == stats["correct"]
+        assert got["grads"].keys() == grads.keys()
+        for k, g in grads.items():
+            assert_close_to_scale(got["grads"][k], g, 1e-5, f"{split}: {k}", scale=top)

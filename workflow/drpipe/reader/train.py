@@ -38,6 +38,7 @@ from drpipe.training.base import BaseTrainer
 from drpipe.training.build import make_optimizer
 from drpipe.training.checkpoints import fingerprint
 from drpipe.training.data import shard, split_validation
+from drpipe.training.distributed import all_reduce_sums
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,17 @@ class ReaderTrainer(BaseTrainer):
             start, end, select, text.to(dev), present.to(dev), spans, denominator=global_size
         )
         self._apply(loss)
-        return stats
+        return self._global_stats(stats, len(idx), global_size)
+
+    def _global_stats(self, stats: dict[str, float], n: int, global_size: int) -> dict[str, float]:
+        """The step's statistics over the global batch: each rank's loss is its questions'
+        share (over ``global_size``), summed; the rest are means over this rank's ``n``
+        questions, weighted by ``n``. One process's are already global."""
+        if self.dctx.world_size == 1:
+            return stats
+        sums = all_reduce_sums({k: v * (1 if k == "loss" else n) for k, v in stats.items()},
+                               self.dctx)  # fmt: skip
+        return {k: v if k == "loss" else v / global_size for k, v in sums.items()}
 
     # ---- validation, checkpoints
 
