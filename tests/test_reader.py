@@ -264,8 +264,9 @@ DDP_CFG = {**CFG, "adam_eps": 1e-3, "checkpoint_every": 0}
 @pytest.mark.both_cores
 def test_two_gloo_ranks_train_the_reader_as_one_process(files, tmp_path):
     """Under torchrun each rank reads its share of a global batch and gradients are summed:
-    the losses logged (every rank's questions, not rank 0's alone), the held-out EM and the
-    weights are those of one process."""
+    the losses logged (every rank's questions, not rank 0's alone), the held-out EM (each rank
+    reading its share of the held-out questions: here rank 1 has none) and the weights are
+    those of one process."""
     import torch.multiprocessing as mp
     from test_training import assert_close_to_scale, free_port
 
@@ -281,7 +282,9 @@ def test_two_gloo_ranks_train_the_reader_as_one_process(files, tmp_path):
         assert [c[key] for c in ddp["train_curve"]] == pytest.approx(
             [c[key] for c in single["train_curve"]], rel=1e-4
         ), key
-    assert [c["em"] for c in ddp["val_curve"]] == [c["em"] for c in single["val_curve"]]
+    assert [(c["em"], c["n_questions"]) for c in ddp["val_curve"]] == [
+        (c["em"], c["n_questions"]) for c in single["val_curve"]
+    ]
     a, b = load_reader(tmp_path / "single").state_dict(), load_reader(tmp_path / "ddp").state_dict()
     top = max(float(v.abs().max()) for v in a.values() if v.is_floating_point())
     for k in a:

@@ -31,7 +31,7 @@ from drpipe.reader.examples import Example, build_examples, read_gold, sample_ne
 from drpipe.reader.inputs import encode, pad_inputs
 from drpipe.reader.loss import reader_loss
 from drpipe.reader.model import build_reader
-from drpipe.reader.score import Tokens, exact_match_percent, predict, score_pairs
+from drpipe.reader.score import Tokens, predict, score_pairs
 from drpipe.reader.settings import RUNTIME_KEYS, limits, resolve_cfg
 from drpipe.runs import read_run
 from drpipe.training.base import BaseTrainer
@@ -143,18 +143,24 @@ class ReaderTrainer(BaseTrainer):
     # ---- validation, checkpoints
 
     def validate(self) -> dict[str, Any]:
+        """Held-out EM at ``val_k``: each rank reads its share of the held-out questions (as the
+        loop's validation does) and the matches are summed over ranks."""
         k = int(self.cfg["val_k"])
-        qs = {q["qid"]: q for q in self.val_questions}
-        pairs = [
-            (q["qid"], p) for q in self.val_questions for p in self.ranked.get(q["qid"], [])[:k]
-        ]
+        part = shard(np.arange(len(self.val_questions)), self.dctx.rank, self.dctx.world_size)
+        mine = [self.val_questions[i] for i in part]
+        pairs = [(q["qid"], p) for q in mine for p in self.ranked.get(q["qid"], [])[:k]]
         rows = score_pairs(
-            self.model, pairs, qs, self.passages, batch_size=int(self.cfg["eval_batch_size"]),
-            device=self.device, bf16=self.bf16, tokens=self.tokens, show_progress=False,
-        )  # fmt: skip
-        scores = {(r["qid"], r["pid"]): r for r in rows}
-        preds = predict(self.ranked, scores, self.val_questions, k)
-        return {"em": exact_match_percent(preds), "k": k, "n_questions": len(preds)}
+            self.model, pairs, {q["qid"]: q for q in mine}, self.passages,
+            batch_size=int(self.cfg["eval_batch_size"]), device=self.device, bf16=self.bf16,
+            tokens=self.tokens, show_progress=False,
+        ) if pairs else []  # fmt: skip
+        preds = predict(self.ranked, {(r["qid"], r["pid"]): r for r in rows}, mine, k)
+        sums = all_reduce_sums(
+            {"em": float(sum(p["em"] for p in preds)), "n": float(len(preds))}, self.dctx
+        )
+        if not sums["n"]:
+            raise ValueError("no held-out questions to score")
+        return {"em": 100.0 * sums["em"] / sums["n"], "k": k, "n_questions": int(sums["n"])}
 
     def checkpoint(self) -> None:
         self._checkpoint({"state": self.state})
