@@ -154,6 +154,33 @@ def test_a_planned_training_is_priced_by_the_passages_it_encodes(tmp_path):
     ]
 
 
+def test_a_training_resuming_from_its_checkpoint_is_priced_for_the_steps_left(tmp_path):
+    # Reference: DPR's training, 1000 s. Planned here: the same job stopped at step 60 of 240
+    # (its checkpoint's progress record), so 3/4 of it is left; a job whose params changed
+    # would discard its checkpoint (whole price), as would one with no record.
+    _bench(tmp_path, "train/dpr/squad.tsv", 1000.0)
+    work = tmp_path / "work"
+    for run in ("dpr", "dpr_gold7"):
+        ckpt = work / f"results/models/{run}/squad.ckpt"
+        ckpt.mkdir(parents=True)
+        (ckpt / "progress.json").write_text(json.dumps({"step": 60, "total_steps": 240}))
+    changed = TRAIN_JOB.format(run="dpr_gold7", jobid=4).replace(
+        "reason: Missing output files: results/models/dpr_gold7/squad",
+        "reason: Params have changed since last execution: results/models/dpr_gold7/squad",
+    )
+    plan = TRAIN_JOB.format(run="dpr", jobid=3) + changed + TRAIN_JOB.format(run="dcsr", jobid=5)
+    est = estimate_jobs(parse_dry_run(plan), tmp_path, work)
+    assert [(e["seconds"], e["resumes"]) for e in est] == [
+        (750.0, (60, 240)),
+        (1000.0, None),
+        (1000.0, None),
+    ]
+    summary = summarise(est, cores=2)
+    assert summary["resuming"] == {"results/models/dpr/squad": [60, 240]}
+    page = render(summary, ["t"], tmp_path, "snakemake -n t")
+    assert "`results/models/dpr/squad` at step 60 of 240" in page
+
+
 def test_time_a_job_spent_stopped_is_left_out(tmp_path):
     # A shard paused by SIGSTOP for most of its run kept 0.3 of a core where its quiet siblings
     # kept 1.5: it is timed as its CPU seconds at 1.5 cores; a busy-enough job is left as it is.

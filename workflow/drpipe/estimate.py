@@ -10,7 +10,9 @@ job takes the median of the reference's jobs of its rule and method, else of its
 the reference never ran is listed as unmeasured, never guessed. Time a reference job spent
 stopped or sharing the cores is left out (``unpaused_seconds``). A training resumed from a
 checkpoint has a benchmark file of its last attempt only: its report's steps scale that back to
-the whole training (``whole_job_seconds``)."""
+the whole training (``whole_job_seconds``). A planned training that will resume from a
+checkpoint in the folder being planned (a run stopped part-way; its only reason to run is its
+missing or incomplete output) is priced for the steps it has left (``steps_left``)."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from drpipe.io import read_json, write_json
 from drpipe.methods import method_class, method_names
 from drpipe.tables.output import write_text
 from drpipe.training.settings import DEFAULTS as TRAIN_DEFAULTS
+from drpipe.training.settings import checkpoint_progress
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,9 @@ BENCH_ROOT = Path("results/benchmarks/rules")
 # outputs: train/dpr/squad.tsv -> results/models/dpr/squad.report.json).
 RESUMABLE = {"train": Path("results/models"), "reader_train": Path("results/readers")}
 BASES = ("same job", "method rate", "method median", "rule rate", "rule median", "unmeasured")
+# The reasons a resumable job reruns that keep its checkpoint usable: any other (changed
+# params, code or inputs) changes what the checkpoint belongs to, and the run starts afresh.
+RESUMING_REASONS = {"missing output", "incomplete"}
 
 
 def _method(rel: Path) -> str | None:
@@ -175,10 +181,26 @@ def planned_passages(job: dict[str, Any], rel: Path | None, sizes: dict[str, int
     return training_passages(method, job["cfg"], n if cap is None else min(n, int(cap)))
 
 
-def estimate_jobs(jobs: list[dict[str, Any]], reference: Path) -> list[dict[str, Any]]:
+def steps_left(job: dict[str, Any], workdir: Path) -> tuple[int, int] | None:
+    """(step, total steps) of the checkpoint a planned resumable job (``RESUMABLE``) would
+    resume from in ``workdir``, where it reruns only for a missing or incomplete output; else
+    None."""
+    if job["rule"] not in RESUMABLE or not job.get("output"):
+        return None
+    if any(r["kind"] not in RESUMING_REASONS for r in job.get("reasons", [])):
+        return None
+    progress = checkpoint_progress(workdir / job["output"][0])
+    return progress if progress and progress[0] > 0 else None
+
+
+def estimate_jobs(
+    jobs: list[dict[str, Any]], reference: Path, workdir: Path | None = None
+) -> list[dict[str, Any]]:
     """Each planned job with its seconds and where they come from (``same job``, ``method
     rate``, ``method median``, ``rule rate``, ``rule median``, or ``unmeasured`` with no
-    seconds)."""
+    seconds); a training resuming from its checkpoint in ``workdir`` (default the reference)
+    for the steps it has left, with ``resumes`` (step, total steps)."""
+    workdir = reference if workdir is None else workdir
     times = job_times(reference)
     medians = {key: statistics.median(t) for key, t in rule_times(times).items()}
     rates, sizes = training_rates(reference, times)
@@ -205,8 +227,11 @@ def estimate_jobs(jobs: list[dict[str, Any]], reference: Path) -> list[dict[str,
             basis, seconds = "rule median", medians[(job["rule"], None)]
         else:
             basis, seconds = "unmeasured", None
+        resumes = steps_left(job, workdir)
+        if resumes is not None and seconds is not None:
+            seconds *= (resumes[1] - resumes[0]) / resumes[1]
         out.append({"rule": job["rule"], "output": job["output"], "threads": job["threads"],
-                    "basis": basis, "seconds": seconds})  # fmt: skip
+                    "basis": basis, "seconds": seconds, "resumes": resumes})  # fmt: skip
     return out
 
 
@@ -226,6 +251,7 @@ def summarise(estimates: list[dict[str, Any]], cores: int) -> dict[str, Any]:
     return {
         "jobs": len(estimates),
         "unmeasured_jobs": len(estimates) - len(timed),
+        "resuming": {e["output"][0]: list(e["resumes"]) for e in estimates if e.get("resumes")},
         "serial_seconds": round(serial, 1),
         "cores": cores,
         "wall_seconds": round(wall, 1),
@@ -256,6 +282,15 @@ def render(summary: dict[str, Any], targets: list[str], reference: Path, command
         f"One at a time: {_hours(summary['serial_seconds'])}; on {summary['cores']} cores, if "
         f"they stay busy: about {_hours(summary['wall_seconds'])}.",
         "",
+    ]
+    if summary.get("resuming"):
+        lines += [
+            "Resuming from their checkpoints, priced for the steps left: "
+            + "; ".join(f"`{o}` at step {s} of {n}" for o, (s, n) in summary["resuming"].items())
+            + ".",
+            "",
+        ]
+    lines += [
         "A rate prices a training by its work: passages encoded with gradients (examples x "
         "epochs x the method's passages per example) x the reference trainings' seconds per "
         "passage, of its method or else of all.",
@@ -271,7 +306,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     if code != 0:
         raise SystemExit(f"error: snakemake -n failed in {workdir}:\n{text[-4000:]}")
     jobs = [j for j in parse_dry_run(text) if j["rule"] != "all"]
-    estimates = estimate_jobs(jobs, reference)
+    estimates = estimate_jobs(jobs, reference, workdir)
     summary = summarise(estimates, args.cores)
     command = shlex.join(snakemake_command(workdir, extra, args.targets, ["-n"]))
     page = render(summary, args.targets, reference, command)

@@ -163,7 +163,7 @@ class ReaderTrainer(BaseTrainer):
         return {"em": 100.0 * sums["em"] / sums["n"], "k": k, "n_questions": int(sums["n"])}
 
     def checkpoint(self) -> None:
-        self._checkpoint({"state": self.state})
+        self._checkpoint(self.state["step"], {"state": self.state})
 
     def resume(self) -> None:
         saved = self._restore()

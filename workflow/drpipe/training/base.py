@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from drpipe.encoders import select_device, use_bf16
-from drpipe.io import atomic_path
+from drpipe.io import atomic_path, write_json
 from drpipe.training.build import deterministic_on_cpu, linear_schedule
 from drpipe.training.checkpoints import (
     load_checkpoint,
@@ -33,6 +33,7 @@ from drpipe.training.checkpoints import (
 )
 from drpipe.training.data import epoch_batches
 from drpipe.training.distributed import init_distributed, rank_threads, sum_gradients
+from drpipe.training.settings import PROGRESS_FILE, checkpoint_dir
 
 
 class BaseTrainer:
@@ -48,7 +49,7 @@ class BaseTrainer:
         self.t_start = time.perf_counter()
         self.cfg = cfg
         self.out_dir = Path(out_dir)
-        self.ckpt_dir = self.out_dir.with_name(self.out_dir.name + ".ckpt")
+        self.ckpt_dir = checkpoint_dir(self.out_dir)
         self.dctx, self.created_group = init_distributed()
         self.is_main = self.dctx.rank == 0
         self.seed = int(cfg["seed"])
@@ -101,8 +102,9 @@ class BaseTrainer:
 
     # ---- checkpoints and the model directory
 
-    def _checkpoint(self, extra: dict[str, Any]) -> None:
-        """Save weights, optimizer, schedule, every rank's RNG states and ``extra``."""
+    def _checkpoint(self, step: int, extra: dict[str, Any]) -> None:
+        """Save weights, optimizer, schedule, every rank's RNG states and ``extra``; and, beside
+        them, the ``step`` they hold of the run's total (``PROGRESS_FILE``)."""
         rngs = [rng_states()]
         if self.dctx.world_size > 1:
             rngs = [None] * self.dctx.world_size
@@ -118,6 +120,9 @@ class BaseTrainer:
                     "rng": rngs,
                     **extra,
                 },
+            )
+            write_json(
+                self.ckpt_dir / PROGRESS_FILE, {"step": step, "total_steps": self.total_steps}
             )
 
     def _restore(self) -> dict[str, Any] | None:

@@ -118,6 +118,7 @@ class Trainer(BaseTrainer):
     def checkpoint(self) -> None:
         pr = self.progress
         self._checkpoint(
+            pr.step,
             {
                 "epoch": pr.epoch,
                 "batch_pos": pr.batch_pos,
@@ -125,7 +126,7 @@ class Trainer(BaseTrainer):
                 "method": self.method.state_dict(),
                 "best": pr.best,
                 "history": pr.history,
-            }
+            },
         )
 
     # ---- steps and epochs

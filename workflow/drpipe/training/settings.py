@@ -1,4 +1,5 @@
-"""The training cfg keys every method shares, their defaults, and checking a run's cfg.
+"""The training cfg keys every method shares, their defaults, and checking a run's cfg; where a
+run keeps its checkpoint and how far it got (read without torch, by ``drpipe estimate``).
 
 cfg keys (defaults in ``DEFAULTS``; the method's own keys in ``drpipe.methods.<name>``'s
 ``defaults``):
@@ -28,9 +29,11 @@ cfg keys (defaults in ``DEFAULTS``; the method's own keys in ``drpipe.methods.<n
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from drpipe.cliutil import need
+from drpipe.io import read_json
 
 DEFAULTS: dict[str, Any] = {
     "init": None,
@@ -74,3 +77,26 @@ def resolve_cfg(method_defaults: dict[str, Any], cfg: dict[str, Any]) -> dict[st
         raise SystemExit(f"error: --cfg has unknown key(s) for training: {', '.join(unknown)}")
     need(cfg, "init")
     return {**DEFAULTS, **method_defaults, **cfg}
+
+
+# A run's checkpoint folder is its output directory's path plus CKPT_SUFFIX; beside the
+# checkpoint, PROGRESS_FILE records the step it holds and the run's total steps.
+CKPT_SUFFIX = ".ckpt"
+PROGRESS_FILE = "progress.json"
+
+
+def checkpoint_dir(out_dir: str | Path) -> Path:
+    out_dir = Path(out_dir)
+    return out_dir.with_name(out_dir.name + CKPT_SUFFIX)
+
+
+def checkpoint_progress(out_dir: str | Path) -> tuple[int, int] | None:
+    """(step, total steps) of the checkpoint a run writing ``out_dir`` would resume from, or
+    None where there is none (or it is unreadable). Whether it will resume is the run's to
+    decide: a checkpoint of other inputs or cfg is discarded then."""
+    try:
+        rec = read_json(checkpoint_dir(out_dir) / PROGRESS_FILE)
+        step, total = int(rec["step"]), int(rec["total_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (step, total) if 0 <= step <= total and total > 0 else None
