@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from ranks import assert_close_to_scale, join_gloo, spawn_ranks
 from tiny_models import save_tiny_bert
 
 from drpipe.corpus.passages import PASSAGE_SCHEMA
@@ -565,14 +566,9 @@ SPLITS = {"empty": ([0, 1, 2], [3]), "offset": ([0, 3], [1, 2])}
 
 
 def _ddp_dcsr_worker(rank: int, port: int, init: str, paths: dict, pool: list, out: str) -> None:
-    import os
-
     import torch.distributed as tdist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")  # fmt: skip
-    torch.set_num_threads(1)
-    tdist.init_process_group("gloo", rank=rank, world_size=2)
+    join_gloo(rank, port)
     for split, parts in SPLITS.items():
         loss, stats, grads = _one_step(
             init, paths, pool, parts[rank], DistContext(rank=rank, world_size=2)
@@ -588,13 +584,9 @@ def test_two_gloo_ranks_one_without_questions_match_one_process(
     """DCSR under torchrun: sentence vectors gathered over ranks (each rank's slot keeps its
     gradient), a rank whose questions all dropped joins with zero gradients, and the summed
     gradients and the loss equal one process's on the whole global batch."""
-    import torch.multiprocessing as mp
-    from test_training import assert_close_to_scale, free_port
-
     pool = [*examples[:3], _straddling(corpus)]
     paths = corpus["paths"]
-    mp.spawn(_ddp_dcsr_worker, args=(free_port(), tiny_bert, paths, pool, str(tmp_path)),
-             nprocs=2, join=True)  # fmt: skip
+    spawn_ranks(_ddp_dcsr_worker, tiny_bert, paths, pool, str(tmp_path))
     torch.set_num_threads(1)
     loss, stats, grads = _one_step(tiny_bert, paths, pool, [0, 1, 2, 3], DistContext())
     assert stats["n_questions"] == 3  # the straddling one dropped here too

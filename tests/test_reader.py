@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from ranks import assert_close_to_scale, join_gloo, spawn_ranks
 from test_evaluate import q, write_passages, write_run
 
 from drpipe.cli import main
@@ -241,14 +242,9 @@ def test_a_failed_reader_validation_keeps_the_epochs_steps(files, tmp_path, monk
 
 
 def _ddp_reader_worker(rank: int, port: int, paths: dict, out: str) -> None:
-    import os
-
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
-                      WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2")  # fmt: skip
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    join_gloo(rank, port)
     report = train_reader(
         paths["run"], paths["questions"], paths["passages"], f"{out}/ddp", DDP_CFG
     )
@@ -268,10 +264,7 @@ def test_two_gloo_ranks_train_the_reader_as_one_process(files, tmp_path):
     the losses logged (every rank's questions, not rank 0's alone), the held-out EM (each rank
     reading its share of the held-out questions: here rank 1 has none) and the weights are
     those of one process."""
-    import torch.multiprocessing as mp
-    from test_training import assert_close_to_scale, free_port
-
-    mp.spawn(_ddp_reader_worker, args=(free_port(), files, str(tmp_path)), nprocs=2, join=True)
+    spawn_ranks(_ddp_reader_worker, files, str(tmp_path))
     torch.set_num_threads(1)
     single = train_reader(
         files["run"], files["questions"], files["passages"], tmp_path / "single", DDP_CFG

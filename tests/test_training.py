@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from ranks import assert_close_to_scale, join_gloo, spawn_ranks
 from tiny_models import example_texts, save_tiny_bert, squad_examples
 
 from drpipe.encoders import BiEncoder, encode_texts, resolve_init
@@ -141,18 +141,9 @@ def test_a_failed_validation_keeps_the_epochs_steps(tmp_path, tiny_bert, train_f
 
 
 def _ddp_worker(rank: int, port: int, tiny_bert: str, train_file: str, out: str) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE="2",
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE="2",
-    )
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    join_gloo(rank, port)
     ctx = DistContext(rank=rank, world_size=2)
     loss, grads = one_step_grads(tiny_bert, train_file, ctx)
     torch.save({"loss": loss, "grads": grads}, Path(out) / f"grads-{rank}.pt")
@@ -189,33 +180,9 @@ def one_step_grads(init: str, train_file, ctx: DistContext) -> tuple[float, dict
     return float(loss.detach()), grads
 
 
-def assert_close_to_scale(
-    got: torch.Tensor, want: torch.Tensor, rel: float, name: str, scale: float | None = None
-) -> None:
-    """|got - want| <= rel * scale elementwise (scale: max|want| by default): a tolerance that
-    scales with the values, so float32 runs of a multi-step loop (where summation order differs
-    between one process and two, and between CPUs) compare the same on every instruction set."""
-    scale = scale if scale is not None else (float(want.abs().max()) or 1.0)
-    diff = float((got.double() - want.double()).abs().max())
-    assert diff <= rel * scale, f"{name}: max |diff| {diff:.3g} > {rel} x {scale:.3g}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.both_cores
 def test_two_gloo_ranks_match_one_process(tmp_path, tiny_bert, train_file):
-    import torch.multiprocessing as mp
-
-    mp.spawn(
-        _ddp_worker,
-        args=(free_port(), tiny_bert, str(train_file), str(tmp_path)),
-        nprocs=2,
-        join=True,
-    )
+    spawn_ranks(_ddp_worker, tiny_bert, str(train_file), str(tmp_path))
     torch.set_num_threads(1)
     loss, grads = one_step_grads(tiny_bert, train_file, DistContext())
     for rank in (0, 1):

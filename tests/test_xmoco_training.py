@@ -8,13 +8,13 @@ tests to seconds; the examples are real SQuAD dev questions and paragraphs.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from test_training import assert_close_to_scale, free_port, state_of
+from ranks import assert_close_to_scale, join_gloo, spawn_ranks
+from test_training import state_of
 from tiny_models import example_texts, save_tiny_bert, squad_examples
 
 from drpipe.encoders import BiEncoder
@@ -158,18 +158,9 @@ def test_tied_encoders_train_one_fast_and_one_slow(tmp_path, tiny_bert, train_fi
 
 
 def _ddp_worker(rank: int, port: int, tiny_bert: str, train_file: str, out: str) -> None:
-    os.environ.update(
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        RANK=str(rank),
-        WORLD_SIZE="2",
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE="2",
-    )
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    join_gloo(rank, port)
     t = Trainer("xmoco", [train_file], Path(out) / f"m{rank}", ddp_cfg(tiny_bert))
     t.run(stop_after=3)
     torch.save(queue_state(t), Path(out) / f"state-{rank}.pt")
@@ -186,14 +177,7 @@ def ddp_cfg(init: str) -> dict:
 def test_two_gloo_ranks_hold_identical_queues_and_match_one_process(
     tmp_path, tiny_bert, train_file
 ):
-    import torch.multiprocessing as mp
-
-    mp.spawn(
-        _ddp_worker,
-        args=(free_port(), tiny_bert, str(train_file), str(tmp_path)),
-        nprocs=2,
-        join=True,
-    )
+    spawn_ranks(_ddp_worker, tiny_bert, str(train_file), str(tmp_path))
     r0, r1 = (torch.load(tmp_path / f"state-{r}.pt", weights_only=True) for r in (0, 1))
     assert r0.keys() == r1.keys()
     for k in r0:

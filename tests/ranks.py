@@ -1,0 +1,46 @@
+"""Ranks of a torch.distributed group on CPU, for the DDP tests: two processes that
+torch.multiprocessing spawns, each with torchrun's environment and a gloo group, and a
+tolerance for comparing what they computed with one process."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+
+import torch
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_ranks(worker: Callable, *args, world_size: int = 2) -> None:
+    """``worker(rank, port, *args)`` in ``world_size`` processes; raises if one fails."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(worker, args=(free_port(), *args), nprocs=world_size, join=True)
+
+
+def join_gloo(rank: int, port: int, world_size: int = 2) -> None:
+    """In a spawned process: torchrun's environment variables, one thread, a gloo group."""
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank),
+                      LOCAL_WORLD_SIZE=str(world_size))  # fmt: skip
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+
+def assert_close_to_scale(
+    got: torch.Tensor, want: torch.Tensor, rel: float, name: str, scale: float | None = None
+) -> None:
+    """|got - want| <= rel * scale elementwise (scale: max|want| by default): a tolerance that
+    scales with the values, so float32 runs of a multi-step loop (where summation order differs
+    between one process and two, and between CPUs) compare the same on every instruction set."""
+    scale = scale if scale is not None else (float(want.abs().max()) or 1.0)
+    diff = float((got.double() - want.double()).abs().max())
+    assert diff <= rel * scale, f"{name}: max |diff| {diff:.3g} > {rel} x {scale:.3g}"
