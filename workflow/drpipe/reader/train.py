@@ -26,6 +26,7 @@ import torch
 from drpipe.corpus.passages import load_passages
 from drpipe.encoders import autocast
 from drpipe.errors import InputError
+from drpipe.io import progress
 from drpipe.qa.datasets import read_questions
 from drpipe.reader.examples import Example, build_examples, read_gold, sample_negatives
 from drpipe.reader.inputs import encode, pad_inputs
@@ -200,6 +201,10 @@ class ReaderTrainer(BaseTrainer):
         )  # fmt: skip
         every = int(self.cfg["checkpoint_every"] or 0)
         log_every = max(1, int(self.cfg["log_every"]))
+        bar = progress(
+            total=self.total_steps, initial=st["step"], desc="reader train", unit="step",
+            disable=not self.is_main,
+        )  # fmt: skip
         while st["epoch"] < self.epochs:
             batches = self._batches(st["epoch"])
             while st["batch_pos"] < len(batches):
@@ -212,10 +217,12 @@ class ReaderTrainer(BaseTrainer):
                 st["train_seconds"] += time.perf_counter() - t0
                 st["examples"] += len(batch)
                 st["epoch_losses"].append(stats["loss"])
+                bar.update(1)
                 if st["step"] % log_every == 0 or st["batch_pos"] == len(batches):
                     st["train_curve"].append({"step": st["step"], **stats})
                     log.info("epoch %d step %d loss %.4f", st["epoch"], st["step"], stats["loss"])
                 if stop_after is not None and st["step"] >= stop_after:
+                    bar.close()
                     return {"stopped_at_step": st["step"]}
                 if every and st["step"] % every == 0 and st["batch_pos"] < len(batches):
                     self.checkpoint()
@@ -223,6 +230,7 @@ class ReaderTrainer(BaseTrainer):
                 # As training.loop: the epoch's steps are kept before validation can fail.
                 self.checkpoint()
             self.end_epoch()
+        bar.close()
         self.finish()
         return self.report()
 
