@@ -4,10 +4,11 @@
 
 It owns the process a run is in (rank, threads, device, bf16, seeds), the global batch order
 and learning-rate schedule, one optimizer step (gradients summed over ranks, clipped), the
-checkpoint's weights, optimizer, schedule and RNG states of every rank, and the final model
-directory, written atomically. A subclass builds ``self.model`` (with ``save``), its
-``self.params`` and ``self.optimizer``, then calls ``_schedule``; what a checkpoint holds
-beyond weights and states is the subclass's (``_checkpoint(extra)``).
+checkpoint's weights, optimizer, schedule and RNG states of every rank (and its progress
+record, ``settings.checkpoint_progress``), and the final model directory, written atomically.
+A subclass builds ``self.model`` (with ``save``), its ``self.params`` and ``self.optimizer``,
+then calls ``_schedule``; what a checkpoint holds beyond weights and states is the subclass's
+(``_checkpoint(step, extra)``).
 """
 
 from __future__ import annotations
