@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable
 
 import torch
@@ -17,11 +18,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn_ranks(worker: Callable, *args, world_size: int = 2) -> None:
-    """``worker(rank, port, *args)`` in ``world_size`` processes; raises if one fails."""
+def spawn_ranks(worker: Callable, *args, world_size: int = 2, timeout: float = 300) -> None:
+    """``worker(rank, port, *args)`` in ``world_size`` processes; raises if one fails, or if
+    they have not all finished in ``timeout`` seconds (ranks that wait on a collective the
+    others never join hang rather than fail: they are killed, and the test fails)."""
     import torch.multiprocessing as mp
 
-    mp.spawn(worker, args=(free_port(), *args), nprocs=world_size, join=True)
+    ctx = mp.spawn(worker, args=(free_port(), *args), nprocs=world_size, join=False)
+    deadline = time.monotonic() + timeout
+    while not ctx.join(timeout=max(0.0, deadline - time.monotonic())):
+        if time.monotonic() >= deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            raise AssertionError(f"{worker.__name__}: the ranks did not finish in {timeout} s")
 
 
 def join_gloo(rank: int, port: int, world_size: int = 2) -> None:
