@@ -297,6 +297,31 @@ def test_a_cuda_rank_binds_its_group_to_its_local_gpu_and_a_cpu_rank_to_none():
     )
 
 
+@pytest.mark.parametrize("command", ["train", "reader train"])
+def test_more_processes_than_visible_gpus_stop_before_torchrun(monkeypatch, command):
+    """On a node with GPUs each rank takes its own: `--nproc 2` with one GPU visible would fail
+    in every rank's NCCL set-up (no cuda:1). It stops first, saying what to ask for."""
+    import torch
+    import torch.distributed.run
+
+    from drpipe.cli import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    launched = []
+    monkeypatch.setattr(torch.distributed.run, "main", lambda argv: launched.append(argv))
+    required = {
+        "train": ["--method", "dpr", "--train", "t.jsonl", "--out", "m"],
+        "reader train": ["--run", "r", "--questions", "q", "--passages", "p", "--out", "m"],
+    }[command]
+    with pytest.raises(SystemExit, match=r"--nproc 2 runs one process per GPU, but 1 GPU\(s\) "
+                       r"are visible \(CUDA_VISIBLE_DEVICES=3\); ask the job for 2 GPUs"):  # fmt: skip
+        main([*command.split(), *required, "--cfg", "{}", "--nproc", "2"])
+    assert launched == []
+
+
 @pytest.mark.both_cores
 def test_cli_nproc_relaunches_under_torchrun(tmp_path, tiny_bert, train_file):
     """`drpipe train --nproc 2` (what the rule passes from the job's GPU count) runs two gloo

@@ -48,12 +48,9 @@ ANSWER_SCHEMA = pa.schema(
 
 def _train(args: argparse.Namespace) -> int:
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
-        from torch.distributed.run import main as torchrun
+        from drpipe.training.cli import relaunch
 
-        from drpipe.training.cli import torchrun_argv
-
-        torchrun(torchrun_argv(args.nproc, sys.argv[1:]))
-        return 0
+        return relaunch("reader train", args.nproc, sys.argv[1:])
     from drpipe.reader.train import train_reader
 
     report = train_reader(

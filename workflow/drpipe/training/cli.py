@@ -38,6 +38,27 @@ def torchrun_argv(nproc: int, argv: Sequence[str]) -> list[str]:
     return ["--standalone", f"--nproc-per-node={nproc}", "-m", "--", "drpipe.cli", *rest]
 
 
+def relaunch(command: str, nproc: int, argv: Sequence[str]) -> int:
+    """Run this command again on ``nproc`` local processes under torchrun (Snakemake starts
+    one job per rule; torchrun fans it out to the job's GPUs). With GPUs each rank takes its
+    own (``LOCAL_RANK``), so more processes than visible GPUs stop here, named, rather than in
+    every rank's NCCL set-up."""
+    import torch  # lazy: torch costs ~1 s at start-up
+    from torch.distributed.run import main as torchrun
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if 0 < gpus < nproc:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+        raise SystemExit(
+            f"drpipe {command}: --nproc {nproc} runs one process per GPU, but {gpus} GPU(s) "
+            f"are visible (CUDA_VISIBLE_DEVICES={visible}); ask the job for {nproc} GPUs "
+            f"or pass --nproc {gpus}"
+        )
+    log.info("starting %d processes with torchrun", nproc)
+    torchrun(torchrun_argv(nproc, argv))
+    return 0
+
+
 def _name_path(text: str) -> tuple[str, Path]:
     name, sep, path = text.partition("=")
     if not sep or not name or not path:
@@ -47,12 +68,7 @@ def _name_path(text: str) -> tuple[str, Path]:
 
 def _train(args: argparse.Namespace) -> int:
     if args.nproc > 1 and "WORLD_SIZE" not in os.environ:
-        # Snakemake starts one job per rule; torchrun fans it out to the job's GPUs.
-        from torch.distributed.run import main as torchrun  # lazy: torch costs ~1 s at start-up
-
-        log.info("starting %d processes with torchrun", args.nproc)
-        torchrun(torchrun_argv(args.nproc, sys.argv[1:]))
-        return 0
+        return relaunch("train", args.nproc, sys.argv[1:])
     from drpipe.training.loop import train_model  # lazy: the loop imports torch
 
     report = train_model(
