@@ -129,7 +129,6 @@ def test_a_method_without_a_paper_reaches_table2_with_no_paper_values(tiny_run, 
 
 def test_a_throwaway_paper_plans_only_its_job_and_removing_it_plans_nothing(tiny_run, tmp_path):
     repo = copy_checkout(tmp_path / "repo")
-    assert planned_jobs(tiny_run, *TARGETS, overlay=OVERLAY, repo=repo) == set()
     folder = add_toy_paper(repo / "workflow" / "drpipe", rules=TOY_RULES)
     (folder / "claims.yaml").unlink()  # claims would (rightly) rerun the claims table
     # Found with no edit elsewhere: its target plans its one job over existing metrics.

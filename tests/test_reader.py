@@ -260,11 +260,17 @@ def test_nproc_2_trains_the_reader_on_two_gloo_ranks_as_one_process(files, tmp_p
            str(files["questions"]), "--passages", str(files["passages"]), "--cfg",
            json.dumps(cfg), "--checkpoint-every", "0", "--threads", "2"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for name, nproc in (("one", "1"), ("two", "2")):
-        out = [*cmd, "--out", str(tmp_path / name), "--report", str(tmp_path / f"{name}.json")]
-        proc = subprocess.run([*out, "--nproc", nproc], capture_output=True, text=True, env=env,
-                              timeout=300)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    out = {n: ["--out", str(tmp_path / n), "--report", str(tmp_path / f"{n}.json")]
+           for n in ("one", "two")}  # fmt: skip
+    proc = subprocess.run([*cmd, *out["two"], "--nproc", "2"], capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # The one-process reference in this process (a process start costs seconds here).
+    threads = torch.get_num_threads()
+    try:
+        assert main([*cmd[1:], *out["one"], "--nproc", "1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
     single, ddp = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "two"))
     assert (single["world_size"], ddp["world_size"]) == (1, 2)
     assert (single["threads"], ddp["threads"]) == (2, 1)  # the job's two cores, shared

@@ -47,10 +47,43 @@ NO_RESULT_CHANGE = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(NO_RESULT_CHANGE))
-def test_settings_that_change_no_result_rerun_nothing(run_dir, name):
-    patch = NO_RESULT_CHANGE[name]
-    assert planned_jobs(run_dir, *TARGETS, overlay={**OVERLAY, **patch}) == set(), name
+def _changes(base, patch, path=()):
+    """The leaves ``patch`` sets to other values than ``base`` has: {path: value}."""
+    out = {}
+    for key, value in patch.items():
+        old = base.get(key) if isinstance(base, dict) else None
+        if isinstance(value, dict) and isinstance(old, dict):
+            out |= _changes(old, value, (*path, key))
+        elif value != old:
+            out[(*path, key)] = value
+    return out
+
+
+def _with(base: dict, changes: dict) -> dict:
+    """``base`` with each {path: value} set (copies on the way, ``base`` untouched)."""
+    out = dict(base)
+    for path, value in changes.items():
+        node = out
+        for key in path[:-1]:
+            node[key] = node = dict(node.get(key) or {})
+        node[path[-1]] = value
+    return out
+
+
+def test_settings_that_change_no_result_rerun_nothing(run_dir):
+    """Every such setting changed at once, in one dry run (each costs seconds); where it plans
+    anything, each setting alone names which did it."""
+    changes: dict = {}
+    for name, patch in NO_RESULT_CHANGE.items():
+        for path, value in _changes(OVERLAY, patch).items():
+            assert changes.setdefault(path, value) == value, f"{name} clashes at {path}"
+    assert len(changes) >= len(NO_RESULT_CHANGE)
+    jobs = planned_jobs(run_dir, *TARGETS, overlay=_with(OVERLAY, changes))
+    if jobs:
+        culprits = {name: sorted(planned_jobs(run_dir, *TARGETS, overlay={**OVERLAY, **patch}))
+                    for name, patch in NO_RESULT_CHANGE.items()}  # fmt: skip
+        pytest.fail(f"planned {sorted(jobs)[:5]}; by setting: "
+                    f"{ {k: v[:3] for k, v in culprits.items() if v} }")  # fmt: skip
 
 
 # AOpt starts from DPR's vectors and runs: whatever reruns DPR's vectors reruns AOpt.

@@ -17,6 +17,7 @@ import torch
 from ranks import assert_close_to_scale, join_gloo, spawn_ranks
 from tiny_models import example_texts, save_tiny_bert, squad_examples
 
+from drpipe.cli import main as cli_main
 from drpipe.encoders import BiEncoder, encode_texts, resolve_init
 from drpipe.io import write_jsonl
 from drpipe.methods import get_method
@@ -304,8 +305,6 @@ def test_more_processes_than_visible_gpus_stop_before_torchrun(monkeypatch, comm
     import torch
     import torch.distributed.run
 
-    from drpipe.cli import main
-
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
@@ -318,7 +317,7 @@ def test_more_processes_than_visible_gpus_stop_before_torchrun(monkeypatch, comm
     }[command]
     with pytest.raises(SystemExit, match=r"--nproc 2 runs one process per GPU, but 1 GPU\(s\) "
                        r"are visible \(CUDA_VISIBLE_DEVICES=3\); ask the job for 2 GPUs"):  # fmt: skip
-        main([*command.split(), *required, "--cfg", "{}", "--nproc", "2"])
+        cli_main([*command.split(), *required, "--cfg", "{}", "--nproc", "2"])
     assert launched == []
 
 
@@ -340,10 +339,17 @@ def test_cli_nproc_relaunches_under_torchrun(tmp_path, tiny_bert, train_file):
     cmd = [str(drpipe), "train", "--method", "dpr", "--train", str(train_file), "--cfg", cfg,
            "--threads", "2"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    for name, extra in (("one", ["--nproc", "1"]), ("two", ["--nproc", "2"])):
-        out = [*cmd, "--out", str(tmp_path / name), "--report", str(tmp_path / f"{name}.json")]
-        proc = subprocess.run([*out, *extra], capture_output=True, text=True, env=env, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
+    out = {n: ["--out", str(tmp_path / n), "--report", str(tmp_path / f"{n}.json")]
+           for n in ("one", "two")}  # fmt: skip
+    proc = subprocess.run([*cmd, *out["two"], "--nproc", "2"], capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # The one-process reference in this process (a process start costs seconds here).
+    threads = torch.get_num_threads()
+    try:
+        assert cli_main([*cmd[1:], *out["one"], "--nproc", "1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
     one = json.loads((tmp_path / "one.json").read_text())
     two = json.loads((tmp_path / "two.json").read_text())
     assert one["world_size"] == 1 and two["world_size"] == 2
