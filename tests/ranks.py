@@ -4,10 +4,14 @@ tolerance for comparing what they computed with one process."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -53,3 +57,25 @@ def assert_close_to_scale(
     scale = scale if scale is not None else (float(want.abs().max()) or 1.0)
     diff = float((got.double() - want.double()).abs().max())
     assert diff <= rel * scale, f"{name}: max |diff| {diff:.3g} > {rel} x {scale:.3g}"
+
+
+def nproc_cli_runs(argv: list[str], out: Path) -> tuple[dict, dict]:
+    """Reports of `drpipe ARGV --nproc 2`, run as the rule runs it (a process that relaunches
+    itself under torchrun; the ranks' threads from OMP_NUM_THREADS=1), and of the one-process
+    reference `--nproc 1`, run in this process (a process start costs seconds here; torch's
+    threads are restored after). The models are in ``out/two`` and ``out/one``."""
+    from drpipe.cli import main
+
+    paths = {n: ["--out", str(out / n), "--report", str(out / f"{n}.json")] for n in ("one", "two")}
+    drpipe = Path(sys.executable).with_name("drpipe")
+    proc = subprocess.run([str(drpipe), *argv, *paths["two"], "--nproc", "2"], text=True,
+                          capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    threads = torch.get_num_threads()
+    try:
+        assert main([*argv, *paths["one"], "--nproc", "1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    one, two = (json.loads((out / f"{n}.json").read_text()) for n in ("one", "two"))
+    return one, two

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from ranks import assert_close_to_scale
+from ranks import assert_close_to_scale, nproc_cli_runs
 from test_evaluate import q, write_passages, write_run
 
 from drpipe.cli import main
@@ -248,30 +247,13 @@ def test_nproc_2_trains_the_reader_on_two_gloo_ranks_as_one_process(files, tmp_p
     gradients are summed: the losses logged (every rank's questions, not rank 0's alone), the
     held-out EM (each rank reading its share of the held-out questions: here rank 1 has none)
     and the weights are those of one process."""
-    import os
-    import subprocess
-    import sys
-
     # Dropout off (ranks draw different masks) and a larger Adam eps (Adam turns near-zero
     # gradients into steps of +-lr, magnifying float summation-order noise between 1 and 2).
     cfg = {k: v for k, v in CFG.items() if k != "threads"} | {"adam_eps": 1e-3}
-    drpipe = Path(sys.executable).with_name("drpipe")
-    cmd = [str(drpipe), "reader", "train", "--run", str(files["run"]), "--questions",
-           str(files["questions"]), "--passages", str(files["passages"]), "--cfg",
-           json.dumps(cfg), "--checkpoint-every", "0", "--threads", "2"]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = {n: ["--out", str(tmp_path / n), "--report", str(tmp_path / f"{n}.json")]
-           for n in ("one", "two")}  # fmt: skip
-    proc = subprocess.run([*cmd, *out["two"], "--nproc", "2"], capture_output=True, text=True,
-                          env=env, timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    # The one-process reference in this process (a process start costs seconds here).
-    threads = torch.get_num_threads()
-    try:
-        assert main([*cmd[1:], *out["one"], "--nproc", "1"]) == 0
-    finally:
-        torch.set_num_threads(threads)
-    single, ddp = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("one", "two"))
+    argv = ["reader", "train", "--run", str(files["run"]), "--questions",
+            str(files["questions"]), "--passages", str(files["passages"]), "--cfg",
+            json.dumps(cfg), "--checkpoint-every", "0", "--threads", "2"]  # fmt: skip
+    single, ddp = nproc_cli_runs(argv, tmp_path)
     assert (single["world_size"], ddp["world_size"]) == (1, 2)
     assert (single["threads"], ddp["threads"]) == (2, 1)  # the job's two cores, shared
     assert ddp["steps"] == single["steps"] > 1

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from ranks import assert_close_to_scale, join_gloo, spawn_ranks
+from ranks import assert_close_to_scale, join_gloo, nproc_cli_runs, spawn_ranks
 from tiny_models import example_texts, save_tiny_bert, squad_examples
 
 from drpipe.cli import main as cli_main
@@ -325,33 +325,16 @@ def test_more_processes_than_visible_gpus_stop_before_torchrun(monkeypatch, comm
 def test_cli_nproc_relaunches_under_torchrun(tmp_path, tiny_bert, train_file):
     """`drpipe train --nproc 2` (what the rule passes from the job's GPU count) runs two gloo
     processes through torchrun and ends where one process ends."""
-    import subprocess
-    import sys
-
     from drpipe.training.cli import torchrun_argv
 
     assert torchrun_argv(2, ["train", "--nproc", "2", "--out", "x"]) == [
         "--standalone", "--nproc-per-node=2", "-m", "--", "drpipe.cli", "train", "--out", "x",
     ]  # fmt: skip
     cfg = json.dumps(ddp_loop_cfg(tiny_bert))
-    drpipe = Path(sys.executable).with_name("drpipe")
     # The job's two cores, as the rule passes them: the two ranks share them.
-    cmd = [str(drpipe), "train", "--method", "dpr", "--train", str(train_file), "--cfg", cfg,
-           "--threads", "2"]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = {n: ["--out", str(tmp_path / n), "--report", str(tmp_path / f"{n}.json")]
-           for n in ("one", "two")}  # fmt: skip
-    proc = subprocess.run([*cmd, *out["two"], "--nproc", "2"], capture_output=True, text=True,
-                          env=env, timeout=300)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    # The one-process reference in this process (a process start costs seconds here).
-    threads = torch.get_num_threads()
-    try:
-        assert cli_main([*cmd[1:], *out["one"], "--nproc", "1"]) == 0
-    finally:
-        torch.set_num_threads(threads)
-    one = json.loads((tmp_path / "one.json").read_text())
-    two = json.loads((tmp_path / "two.json").read_text())
+    argv = ["train", "--method", "dpr", "--train", str(train_file), "--cfg", cfg,
+            "--threads", "2"]  # fmt: skip
+    one, two = nproc_cli_runs(argv, tmp_path)
     assert one["world_size"] == 1 and two["world_size"] == 2
     assert (one["threads"], two["threads"]) == (2, 1)
     assert [c["loss"] for c in two["train_curve"]] == pytest.approx(

@@ -6,7 +6,8 @@ the NCCL process group (``cpu:gloo,cuda:nccl``) bound to its GPU, as the paper-s
 do. Each pair must give the same training: steps, the losses logged and the weights.
 
 Small real data: DPR-style records from the first SQuAD dev articles (``tests/tiny_models.py``)
-and a random 2-layer BERT with their words as its vocabulary; the reader reads six passages.
+and a random 2-layer BERT with their words as its vocabulary; the reader reads the six passages
+of ``tests/test_reader.py``.
 Run from the repository root: ``python benchmarks/device/torchrun_cuda.py OUT.json`` (env
 ``DATA_MIRROR``; ``PYTHONPATH=workflow:tests`` where drpipe is not installed).
 """
@@ -29,7 +30,8 @@ from drpipe.training.cli import torchrun_argv
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
-from test_evaluate import q, write_passages, write_run  # noqa: E402
+from test_evaluate import write_passages, write_run  # noqa: E402
+from test_reader import PASSAGES, QUESTIONS, RANKING  # noqa: E402
 from tiny_models import example_texts, save_tiny_bert, squad_examples  # noqa: E402
 
 DPR = {
@@ -44,23 +46,6 @@ READER = {
     "val_fraction": 0.15, "val_k": 2, "seed": 5, "bf16": "auto", "max_len": 96,
     "max_question_len": 24, "max_answer_len": 5,
 }  # fmt: skip
-PASSAGES = {
-    1: "The Eiffel Tower is in Paris, the capital of France. Paris hosts the Louvre.",
-    2: "Berlin is the capital of Germany. It lies on the Spree river.",
-    3: "Mount Everest is the highest mountain; it is 8,848 metres tall.",
-    4: "Rome is the capital of Italy and was founded, legend says, in 753 BC.",
-    5: "Madrid is the capital of Spain. Its football club is Real Madrid.",
-    6: "The Danube flows through Vienna, the capital of Austria.",
-}
-QUESTIONS = [
-    q("a", ["Paris"]) | {"question": "Where is the Eiffel Tower?"},
-    q("b", ["Berlin"]) | {"question": "What is the capital of Germany?"},
-    q("c", ["8,848 metres"]) | {"question": "How tall is Mount Everest?"},
-    q("d", ["753 BC"]) | {"question": "When was Rome founded?"},
-    q("e", ["Madrid"]) | {"question": "What is the capital of Spain?"},
-    q("f", ["Vienna"]) | {"question": "What is the capital of Austria?"},
-]
-RANKING = {k: [1, 2, 3, 4, 5, 6] for k in "abcdef"}
 
 
 def weights(directory: Path) -> dict[str, torch.Tensor]:
