@@ -52,15 +52,16 @@ def parse_plan(text: str) -> list[dict]:
 def stages(jobs: list[dict]) -> list[int]:
     """Each job's stage: 0 when no planned job makes any of its inputs, else one more than the
     highest stage among the jobs that do (an input inside a directory output counts)."""
-    maker = {out: i for i, job in enumerate(jobs) for out in job["output"]}
+    maker = {out.rstrip("/"): i for i, job in enumerate(jobs) for out in job["output"]}
 
     def makers(job: dict) -> set[int]:
-        found = set()
-        for path in job["input"]:
-            for out, i in maker.items():
-                if path == out or path.startswith(out.rstrip("/") + "/"):
-                    found.add(i)
-        return found
+        # The input itself or a folder above it (a directory output) made by a planned job.
+        return {
+            maker[str(p)]
+            for path in job["input"]
+            for p in (Path(path), *Path(path).parents)
+            if str(p) in maker
+        }
 
     deps = [makers(job) for job in jobs]
     stage: dict[int, int] = {}
