@@ -1,9 +1,10 @@
 """`drpipe train` and `drpipe reader train` in one process against the same command under
 torchrun, on whatever device there is. The torchrun command is the one ``--nproc N`` builds
 (``drpipe.training.cli.torchrun_argv``), for one process: a machine with one GPU cannot run
-two NCCL ranks, but one rank still takes the distributed path (``WORLD_SIZE`` set): on a GPU,
-the NCCL process group (``cpu:gloo,cuda:nccl``) bound to its GPU, as the paper-scale rules
-do. Each pair must give the same training: steps, the losses logged and the weights.
+two NCCL ranks (``--nproc 2`` stops there, named). One rank makes no process group
+(``WORLD_SIZE=1``), so what this checks on a GPU is the relaunch itself: torchrun's reading of
+the command after ``--`` under that machine's torch, its environment, and the CUDA training
+it starts. Each pair must give the same training: steps, the losses logged and the weights.
 
 Small real data: DPR-style records from the first SQuAD dev articles (``tests/tiny_models.py``)
 and a random 2-layer BERT with their words as its vocabulary; the reader reads the six passages
