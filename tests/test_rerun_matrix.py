@@ -7,11 +7,14 @@ test_workflow_e2e.py checks that the real tiny run plans the same jobs.
 
 from __future__ import annotations
 
+from functools import reduce
 from pathlib import Path
 
 import pytest
 from tiny_run import OVERLAY
 from workflow_util import planned_jobs
+
+from drpipe.config import deep_merge
 
 TARGETS = ("all", "results/dpr/table3.csv", "results/dpr/figure1.png")
 
@@ -59,17 +62,6 @@ def _changes(base, patch, path=()):
     return out
 
 
-def _with(base: dict, changes: dict) -> dict:
-    """``base`` with each {path: value} set (copies on the way, ``base`` untouched)."""
-    out = dict(base)
-    for path, value in changes.items():
-        node = out
-        for key in path[:-1]:
-            node[key] = node = dict(node.get(key) or {})
-        node[path[-1]] = value
-    return out
-
-
 def test_settings_that_change_no_result_rerun_nothing(run_dir):
     """Every such setting changed at once, in one dry run (each costs seconds); where it plans
     anything, each setting alone names which did it."""
@@ -79,7 +71,10 @@ def test_settings_that_change_no_result_rerun_nothing(run_dir):
         assert changed, f"{name} changes nothing"
         for path, value in changed.items():
             assert changes.setdefault(path, value) == value, f"{name} clashes at {path}"
-    jobs = planned_jobs(run_dir, *TARGETS, overlay=_with(OVERLAY, changes))
+    overlay = OVERLAY
+    for path, value in changes.items():
+        overlay = deep_merge(overlay, reduce(lambda v, k: {k: v}, reversed(path), value))
+    jobs = planned_jobs(run_dir, *TARGETS, overlay=overlay)
     if jobs:
         culprits = {name: sorted(planned_jobs(run_dir, *TARGETS, overlay={**OVERLAY, **patch}))
                     for name, patch in NO_RESULT_CHANGE.items()}  # fmt: skip

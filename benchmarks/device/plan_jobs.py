@@ -16,33 +16,20 @@ and ``OUTDIR/plan.json`` (each job's stage, rule, outputs, inputs and script).
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import sys
 from pathlib import Path
 
-# One job of `snakemake -n -p`: its rule line, then indented fields, then its shell command.
-_JOB = re.compile(
-    r"^(?:local)?rule (?P<rule>\w+):\n(?P<fields>(?:    .*\n)*)Shell command: (?P<cmd>.*)$", re.M
-)
-
-
-def _field(fields: str, name: str) -> list[str]:
-    m = re.search(rf"^    {name}: (.*)$", fields, re.M)
-    return [p.strip() for p in m.group(1).split(",") if p.strip()] if m else []
+from drpipe.audit.staleness import parse_dry_run
 
 
 def parse_plan(text: str) -> list[dict]:
-    """Every job of a dry run printed with its shell command: rule, inputs, outputs, logs, cmd."""
+    """Every job of a dry run printed with its shell command (the audit's parser of the same
+    output): rule, inputs, outputs, logs, cmd."""
     jobs = [
-        {
-            "rule": m["rule"],
-            "input": _field(m["fields"], "input"),
-            "output": _field(m["fields"], "output"),
-            "log": _field(m["fields"], "log"),
-            "cmd": m["cmd"].strip(),
-        }
-        for m in _JOB.finditer(text)
+        {k: job[k] for k in ("rule", "input", "output", "log")} | {"cmd": job["shell"]}
+        for job in parse_dry_run(text, commands=True)
+        if job["shell"]
     ]
     if not jobs:
         raise ValueError("no job with a shell command in the plan (was it `snakemake -n -p`?)")

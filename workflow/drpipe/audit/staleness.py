@@ -96,9 +96,10 @@ REASON_KIND = [
 ]
 
 
-def parse_dry_run(text: str) -> list[dict[str, Any]]:
+def parse_dry_run(text: str, commands: bool = False) -> list[dict[str, Any]]:
     """Jobs of a ``snakemake -n -p`` output: rule, output, reasons (classified), the shell
-    command's cfg, benchmark file and threads."""
+    command's cfg, benchmark file and threads; with ``commands``, also the inputs, logs and
+    the shell command itself (None for a job that prints none), to run the jobs elsewhere."""
     jobs = []
     blocks = re.split(r"^(?=(?:local)?rule \w+:$)", text, flags=re.M)
     for block in blocks:
@@ -124,6 +125,11 @@ def parse_dry_run(text: str) -> list[dict[str, Any]]:
                 "threads": int(fields.get("threads", "1")),
             }
         )
+        if commands:
+            jobs[-1] |= {
+                k: [p.strip() for p in fields.get(k, "").split(",") if p.strip()]
+                for k in ("input", "log")
+            } | {"shell": shell.group(1).strip() if shell else None}
     return jobs
 
 
