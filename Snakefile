@@ -30,13 +30,12 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/subsets.smk"
 
 
-# Each registered paper's helpers and rules (workflow/drpipe/papers/<paper>/common.smk and
-# rules.smk), before the shared Table 2: papers add their rows to it.
+# Each registered paper's rules (workflow/drpipe/papers/<paper>/rules.smk; their planning is
+# the paper's plan.py), before the shared Table 2: papers add their rows to it.
 for _paper in papers():
-    for _name in ("common.smk", "rules.smk"):
-        if _paper.file(_name):
+    if _paper.file("rules.smk"):
 
-            include: _paper.file(_name)
+        include: _paper.file("rules.smk")
 
 
 include: "workflow/rules/reader.smk"

@@ -1,5 +1,10 @@
-# AOpt's rules: rounds, grid, and its Table 3 and Figures 6 and 7 (helpers, paths and the
-# config checks in common.smk beside this file).
+# AOpt's rules: rounds, grid, and its Table 3 and Figures 6 and 7 (paths, inputs and the
+# config checks: plan.py beside this file).
+
+
+wildcard_constraints:
+    protocol="oracle|leakfree",
+    round="[1-9][0-9]*",
 
 
 rule aopt_passage_round:
@@ -293,8 +298,3 @@ rule aopt_table3:
     shell:
         "drpipe tables-aopt table3 --metrics {input:q} --out {output.csv:q}"
         " --md {output.md:q} --cfg {params.cfg:q} 2> {log:q}"
-
-
-PAPER_TARGETS.extend(
-    ["results/aopt/table3.csv", "results/aopt/figure6.png", "results/aopt/figure7.png"]
-)

@@ -1,5 +1,5 @@
-# DCSR's rules: its tables, Figure 4, DCSR's k and the hard-negative round (helpers in
-# common.smk beside this file).
+# DCSR's rules: its tables, Figure 4, DCSR's k and the hard-negative round (their paths and
+# cells: plan.py beside this file).
 
 
 # The second training round (Tables 3 and 5): run "<method>.hard_<miner>" of a train set is
@@ -187,10 +187,3 @@ rule dcsr_vectors:
         "drpipe tables-dcsr vectors --passages {input.passages:q}"
         " --sentences-report {input.sentences:q} --retrieve-report {input.retrieve:q}"
         " --model {input.model:q} --out {output:q} --cfg {params.cfg:q} 2> {log:q}"
-
-
-# Table 6 needs TriviaQA and NQ training data: built where configured (the paper scale).
-PAPER_TARGETS.extend(
-    [f"results/dcsr/table{t}.csv" for t in CELLS if t != "6" or dcsr_tcfg("table6")]
-    + ["results/dcsr/figure4.png"]
-)

@@ -1,4 +1,4 @@
-# DPR's rules: Table 3 and Figure 1 (helpers in common.smk beside this file).
+# DPR's rules: Table 3 and Figure 1 (their paths and inputs: plan.py beside this file).
 
 
 rule table3:
@@ -74,6 +74,3 @@ rule figure1:
     shell:
         "drpipe tables figure1 --per-question {input:q} --labels {params.labels:q}"
         " --out {output.png:q} --csv {output.csv:q} --cfg {params.cfg:q} 2> {log:q}"
-
-
-PAPER_TARGETS.extend(["results/dpr/table3.csv", "results/dpr/figure1.png"])

@@ -1,4 +1,4 @@
-# xMoCo's rules: its Table 2, Table 3 and Figure 2 (helpers in common.smk beside this file).
+# xMoCo's rules: its Table 2, Table 3 and Figure 2 (their paths and inputs: plan.py beside this file).
 
 
 rule xmoco_table2:
@@ -72,12 +72,3 @@ rule xmoco_figure2:
     shell:
         "drpipe tables-xmoco figure2 --metrics {input:q} --out {output.png:q}"
         " --csv {output.csv:q} --cfg {params.cfg:q} 2> {log:q}"
-
-
-PAPER_TARGETS.extend(
-    [
-        "results/xmoco/table2.csv",
-        "results/xmoco/table3.csv",
-        "results/xmoco/figure2.png",
-    ]
-)

@@ -1,0 +1,267 @@
+"""DPR's plan: the shared Table 2 (its rows, their reports and notes), the BM25 hybrid's
+weight and its tuning, the released checkpoints, and Table 3 / Figure 1's variants."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from drpipe.config import (
+    method_config,
+)
+from drpipe.methods import method_class
+from drpipe.papers import paper, paper_of_run
+from drpipe.papers.dpr.reader_plan import ReaderPlan
+from drpipe.plan.base import PlanBase
+from drpipe.training.settings import DEFAULTS as TRAIN_DEFAULTS
+
+
+class DprPlan(PlanBase):
+    def targets(self):
+        return ["results/dpr/table3.csv", "results/dpr/figure1.png"]
+
+    RELEASED_RUN = "dpr.released"
+
+    RELEASED_SUFFIX = " (released checkpoint)"
+
+    def hybrid_tuning_datasets(self, run, train_set):
+        """Datasets whose training questions the model of (run, train_set) held out for
+        validation: those the weight is tuned on, whatever dataset the hybrid evaluates (the
+        weight belongs to the model; an evaluation-only dataset has no training questions).
+        """
+        if run == "init":
+            raise ValueError("config: hybrid.lambda 'tune' needs a trained run, not init")
+        datasets = self.C["train_sets"][train_set]
+        fix = "set hybrid.lambda to a number (DPR: 1.1, chosen on its dev set)"
+        if self.val_set_files(train_set):
+            raise ValueError(
+                f"config: hybrid.lambda 'tune' tunes on the training questions a model held out "
+                f"for validation, but train set '{train_set}' validates on dev_examples files "
+                f"and holds none out; {fix}"
+            )
+        released = [d for d in datasets if self.C["train_examples"].get(d, "mine") != "mine"]
+        if released:
+            raise ValueError(
+                f"config: hybrid.lambda 'tune' tunes on the held-out training questions of train "
+                f"set '{train_set}', but train_examples.{released[0]} is a released file whose "
+                f"questions are no question table (qa.{released[0]}.train); {fix}"
+            )
+        return datasets
+
+    def hybrid_tuning_inputs(self, w):
+        """Inputs of the weight's tuning: the model's training report (naming the questions it
+        held out of training), and, for each dataset of its train set, the training questions,
+        their vectors and their BM25 candidates; and the passages. Never a test question."""
+        if self.C["hybrid"]["lambda"] != "tune":
+            return {}
+        datasets = self.hybrid_tuning_datasets(w.run, w.train_set)
+        return {
+            "tune_queries": [self.qvec_file(w.run, w.train_set, d, "train") for d in datasets],
+            "tune_bm25_run": [self.bm25_hybrid_run(d, "train") for d in datasets],
+            "tune_questions": [f"results/qa/{d}/train.parquet" for d in datasets],
+            "tune_report": f"results/models/{w.run}/{w.train_set}.report.json",
+            "passages": "results/corpus/passages.parquet",
+        }
+
+    def hybrid_cfg(self, run):
+        keys = ("lambda", "depth") + (("grid",) if self.C["hybrid"]["lambda"] == "tune" else ())
+        cfg = {**self.search_cfg(run), **{k: self.C["hybrid"][k] for k in keys}}
+        if self.C["hybrid"]["lambda"] == "tune":
+            cfg["ks"] = self.C["evaluate"]["ks"]
+        return cfg
+
+    # Runs that training makes (every run but the released checkpoints).
+    @cached_property
+    def TRAINED(self):
+        return "(?!{}/){}".format(self.RELEASED_RUN.replace(".", "[.]"), self.RUN)
+
+    def released_inputs(self, w):
+        """What loading a released checkpoint reads: its .cp file (a source) and the stand-in
+        directories of the models it names (the rehearsal)."""
+        entry = self.C["released"][w.train_set]
+        if entry["layout"] == "dpr_cp":
+            return {
+                "checkpoint": self.source_file(entry["source"]),
+                "models": self.model_inputs(entry["base"]),
+            }
+        return {"models": self.model_inputs(entry["question_encoder"], entry["ctx_encoder"])}
+
+    def released_cfg(self, train_set):
+        entry = dict(self.C["released"][train_set])
+        for key in ("question_encoder", "ctx_encoder"):
+            if key in entry:
+                entry[key] = self.model_path(entry[key])
+        if "base" in entry:
+            entry["base_path"] = self.model_path(entry["base"])
+        entry.pop("source", None)  # its bytes are the input file
+        lens = {k: self.C["encoder"][k] for k in ("max_query_len", "max_passage_len")}
+        return {**entry, **lens}
+
+    def table2_runs(self):
+        """(run, train_set, dataset, training label, row label) of every Table 2 cell we compute."""
+        t = self.C["tables"]
+        rows = []
+        for dataset in t["datasets"]:
+            rows.append(("bm25", "none", dataset, "None", "BM25"))
+            rows.append(("init", "none", dataset, "None", "DPR init (no fine-tuning)"))
+            for method in t["methods"]:
+                cls = method_class(method)
+                settings = [("Single", t["single"].get(dataset))]
+                if self.multi_train_set(method):
+                    settings.append(("Multi", self.multi_train_set(method)))
+                for training, train_set in settings:
+                    if train_set is None:
+                        continue
+                    rows.append((method, train_set, dataset, training, cls.label))
+                    if self.C["hybrid"]["enabled"] and cls.hybrid:
+                        label = f"BM25+{cls.label}"
+                        rows.append((f"{method}+bm25", train_set, dataset, training, label))
+            rows += self.released_rows(dataset)
+        for hook in self.hooks("table2_hook"):
+            rows += hook()[0]
+        return rows
+
+    @cached_property
+    def RELEASED_LABEL(self):
+        return f"DPR{self.RELEASED_SUFFIX}"
+
+    def released_rows(self, dataset):
+        """Table 2 rows of DPR's released checkpoints on ``dataset``: where our DPR of the same
+        train set has a row (Single: tables.single; Multi: DPR's Multi set), and its BM25 hybrid
+        when the weight is fixed (tuning needs the held-out questions of a training run)."""
+        rows = []
+        for training, ts in (
+            ("Single", self.C["tables"]["single"].get(dataset)),
+            ("Multi", self.multi_train_set("dpr")),
+        ):
+            if ts is None or ts not in self.C["released"]:
+                continue
+            rows.append((self.RELEASED_RUN, ts, dataset, training, self.RELEASED_LABEL))
+            if self.C["hybrid"]["enabled"] and self.C["hybrid"]["lambda"] != "tune":
+                rows.append(
+                    (
+                        f"{self.RELEASED_RUN}+bm25",
+                        ts,
+                        dataset,
+                        training,
+                        f"BM25+{self.RELEASED_LABEL}",
+                    )
+                )
+        return rows
+
+    def table2_inputs(self):
+        split = self.C["tables"]["split"]
+        return [self.metrics_file(r, ts, d, split) for r, ts, d, _, _ in self.table2_runs()]
+
+    def table2_row_map(self):
+        """Our run names -> the paper's row labels and the paper whose numbers sit beside them
+        (None: no paper lists the run's method); Single/Multi follow from the train set."""
+        extras = {}
+        for hook in self.hooks("table2_hook"):
+            extras.update(hook()[1])
+        rows = {}
+        for run, _, _, training, label in self.table2_runs():
+            rows[run] = {
+                "method": label,
+                **({"training": training} if training == "None" else {}),
+                "paper": paper_of_run(run),
+                **extras.get(run, {}),
+            }
+            if run.startswith(self.RELEASED_RUN):
+                # Beside the numbers the paper printed for the model it released.
+                rows[run]["paper_method"] = label.removesuffix(self.RELEASED_SUFFIX)
+        return rows
+
+    def precision_sources(self, run, train_set, dataset, split):
+        """Where the reports are that say in which precision a cell was made (see
+        drpipe.tables.precision): its training (none for BM25 and the initial encoder), the
+        folder of its corpus shard reports, its question encoding; a hybrid or AOpt run's are those
+        of the dense run it starts from."""
+        if run == "bm25":
+            return {}
+        for hook in self.hooks("run_report_hook"):
+            found = hook(run, train_set, dataset)
+            if found:
+                run = found[1]
+        run = run.split("+")[0]
+        out = {
+            "corpus": f"results/embeddings/{run}/{train_set}",
+            "queries": [
+                self.qvec_file(run, train_set, dataset, split).removesuffix(".npy") + ".report.json"
+            ],
+        }
+        if not run.startswith("init"):
+            out["training"] = [f"results/models/{run}/{train_set}.report.json"]
+        return out
+
+    def table2_precision(self):
+        """Per Table 2 cell, where its precision reports are (drpipe.tables.precision)."""
+        split = self.C["tables"]["split"]
+        return {
+            f"{run}|{ts}|{d}": self.precision_sources(run, ts, d, split)
+            for run, ts, d, _, _ in self.table2_runs()
+            if run != "bm25"
+        }
+
+    def table2_reports(self, precision=None):
+        """The report files behind table2_precision (inputs of the Table 2 rule), or behind
+        another table's cells (`precision`: a subset of table2_precision)."""
+        files = set()
+        for roles in (self.table2_precision() if precision is None else precision).values():
+            files.update(roles.get("training", []), roles["queries"])
+            shards = range(self.C["encode"]["shards"])
+            files.update(f"{roles['corpus']}/shard-{i}.report.json" for i in shards)
+        return sorted(files)
+
+    def table2_code(self):
+        """Code hash of Table 2: its module and the papers whose numbers sit beside its rows."""
+        keys = {v["paper"] for v in self.table2_row_map().values() if v["paper"]}
+        return self.code("drpipe.papers.table2", *(paper(k).module for k in sorted(keys)))
+
+    def train_setting(self, method, key):
+        """A method's training setting as `drpipe train` reads it: its config block (over the
+        encoder's), else the default every method shares (a new block may name only a few keys).
+        """
+        return method_config(self.C, method).get(key, TRAIN_DEFAULTS.get(key))
+
+    def table2_setup(self):
+        """What Table 2's notes say about this run's setup (see drpipe.tables.notes.setup_notes)."""
+        methods = self.C["tables"]["methods"]
+        train_sets = {ts for _, ts, _, _, _ in self.table2_runs() if ts != "none"}
+        fractions = [self.train_setting(m, "val_fraction") for m in methods] or [0.0]
+        return {
+            "encoder": self.C["encoder"]["init"],
+            "bm25_fields": self.C["bm25"]["fields"],
+            "field_weights": self.C["bm25"]["field_weights"],
+            "hybrid_lambda": self.C["hybrid"]["lambda"],
+            "hybrid_grid": self.C["hybrid"]["grid"],
+            "training": {
+                m: {k: self.train_setting(m, k) for k in ("epochs", "batch_size")} for m in methods
+            },
+            # Each paper's own Multi set (the notes say so when they differ).
+            "multi_sets": {
+                ts: self.C["train_sets"][ts]
+                for _, ts, _, training, _ in self.table2_runs()
+                if training == "Multi"
+            },
+            # DPR's released checkpoints behind the "(released checkpoint)" rows (if any).
+            **({"released": self.C["released"]} if self.C["released"] else {}),
+            # A train set with dev files selects on them (val_set_files); else the held-out fraction.
+            "validation": {
+                ts: "dev" if self.val_set_files(ts) else max(fractions) for ts in sorted(train_sets)
+            },
+        }
+
+    def variant_inputs(self, which, per_question=False):
+        """Metrics (or per-question ranks) of DPR's Table 3 or Figure 1 variants."""
+        t = self.C["tables"][which]
+        suffix = ".per_question.parquet" if per_question else ".json"
+        runs = [(f"dpr.{v}", t["train_set"]) for v in t["variants"]]  # DPR's Table 3, Figure 1
+        if which == "figure1":
+            runs = [("bm25", "none"), *runs, ("dpr", t["train_set"])]
+        return [
+            self.metrics_file(r, ts, t["dataset"], t["split"]).removesuffix(".json") + suffix
+            for r, ts in runs
+        ]
+
+
+PLAN = (DprPlan, ReaderPlan)
