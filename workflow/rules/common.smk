@@ -5,8 +5,7 @@ import os
 from pathlib import Path
 
 import drpipe
-from drpipe.config import ConfigError, load_workflow_config, method_run_options, method_variant
-from drpipe.methods import method_class
+from drpipe.config import ConfigError, load_workflow_config
 from drpipe.papers import papers
 from drpipe.plan import build_plan, exports, targets
 

@@ -24,16 +24,9 @@ rule train:
     params:
         method=lambda w: run_method(w.run),
         val=lambda w, input: ("--val " + " ".join(input.val)) if input.val else "",
-        corpus=lambda w, input: (
-            "--corpus "
-            + " ".join(
-                f"{k}={input[k]}" for k in method_class(run_method(w.run)).train_corpus
-            )
-            if method_class(run_method(w.run)).train_corpus
-            else ""
-        ),
+        corpus=train_corpus_args,
         cfg=train_cfg,
-        opts=runtime(lambda w: options(method_run_options(C, w.run))),
+        opts=runtime(train_run_options),
         code=lambda w: method_code(w.run, "drpipe.training"),
     shell:
         "drpipe train --method {params.method:q} --train {input.train:q} {params.val} {params.corpus}"

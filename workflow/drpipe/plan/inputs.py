@@ -24,7 +24,7 @@ class InputsPlan(PlanBase):
     def source_file(self, name):
         """Where input `name` is put by the fetch rule (file name from the mirror or the URL)."""
         if name not in self.C["sources"]:
-            raise ValueError(
+            raise ConfigError(
                 f"config: unknown source '{name}' (known: {sorted(self.C['sources'])})"
             )
         src = self.C["sources"][name]
@@ -33,7 +33,7 @@ class InputsPlan(PlanBase):
         if src.get("url"):
             names.append(src["url"].rsplit("/", 1)[-1])
         for base in names:
-            if Path(f"results/data/records/{name}/{base}.json").is_file():
+            if (self.workdir / f"results/data/records/{name}/{base}.json").is_file():
                 return f"results/data/{name}/{base}"
         in_mirror = (
             self.MIRROR and src.get("mirror") and (Path(self.MIRROR) / src["mirror"]).is_file()
@@ -54,7 +54,7 @@ class InputsPlan(PlanBase):
         except KeyError:
             entry = None
         if entry is None:
-            raise ValueError(f"config: qa.{dataset}.{split} is not configured")
+            raise ConfigError(f"config: qa.{dataset}.{split} is not configured")
         return entry
 
     def qa_format(self, dataset, split):
@@ -71,7 +71,7 @@ class InputsPlan(PlanBase):
         ):
             if name.endswith(suffix):
                 return fmt
-        raise ValueError(
+        raise ConfigError(
             f"config: cannot tell the format of {name}; set qa.{dataset}.{split}.format"
         )
 

@@ -4,7 +4,9 @@ training, encoding, index, search, corpus subsets)."""
 from __future__ import annotations
 
 from drpipe.config import (
+    ConfigError,
     method_config,
+    method_run_options,
 )
 from drpipe.methods import method_class
 from drpipe.plan.base import PlanBase
@@ -23,7 +25,7 @@ class StepsPlan(PlanBase):
         for d in self.DOCS:
             if d["name"] == name:
                 return d
-        raise ValueError(f"config: no corpus.documents entry named '{name}'")
+        raise ConfigError(f"config: no corpus.documents entry named '{name}'")
 
     def doc_cfg(self, name):
         """What a document step reads: the dump cleaning stops after `max_articles`; a SQuAD
@@ -66,7 +68,7 @@ class StepsPlan(PlanBase):
 
     def train_set_files(self, train_set):
         if train_set not in self.C["train_sets"]:
-            raise ValueError(
+            raise ConfigError(
                 f"config: unknown train set '{train_set}' (train_sets: {sorted(self.C['train_sets'])})"
             )
         return [self.train_examples_file(d) for d in self.C["train_sets"][train_set]]
@@ -76,7 +78,7 @@ class StepsPlan(PlanBase):
         modes = {s.get("match") for s in (self.C["qa"].get(dataset) or {}).values() if s}
         modes.discard(None)
         if len(modes) > 1:
-            raise ValueError(f"config: qa.{dataset} splits match answers differently: {modes}")
+            raise ConfigError(f"config: qa.{dataset} splits match answers differently: {modes}")
         return modes.pop() if modes else "string"
 
     def train_cfg(self, w):
@@ -94,6 +96,15 @@ class StepsPlan(PlanBase):
                 if self.dataset_match(d) != "string":
                     modes[f] = self.dataset_match(d)
         return self.cfg_json({**cfg, **({"answer_match": modes} if modes else {})})
+
+    def train_corpus_args(self, w, input):
+        """`drpipe train --corpus NAME=PATH ...` for methods that train on corpus tables."""
+        names = method_class(self.run_method(w.run)).train_corpus
+        return ("--corpus " + " ".join(f"{k}={input[k]}" for k in names)) if names else ""
+
+    def train_run_options(self, w):
+        """The run's settings that change no weight (checkpoint cadence, logging)."""
+        return self.options(method_run_options(self.C, w.run))
 
     def val_set_files(self, train_set):
         """Development examples of every dataset of a train set (DPR selects checkpoints on dev);

@@ -45,14 +45,14 @@ class AoptPlan(PlanBase):
         """The base run's train set for a dataset: its Single train set (AOpt starts from it)."""
         ts = self.C["tables"]["single"].get(dataset)
         if ts is None:
-            raise ValueError(f"config: aopt.datasets has {dataset}, but tables.single does not")
+            raise ConfigError(f"config: aopt.datasets has {dataset}, but tables.single does not")
         return ts
 
     def aopt_dataset(self, train_set):
         """The AOpt dataset whose base is trained on ``train_set`` (one per train set)."""
         found = [d for d in self.AOPT["datasets"] if self.aopt_train_set(d) == train_set]
         if len(found) != 1:
-            raise ValueError(
+            raise ConfigError(
                 f"config: aopt.datasets must have exactly one dataset trained on {train_set} "
                 f"(tables.single), found {found}"
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from drpipe.config import ConfigError
 from drpipe.plan.base import PlanBase
 
 
@@ -60,7 +61,7 @@ class DcsrPlan(PlanBase):
         """The Single-setting train set of a dataset (tables.single)."""
         ts = self.C["tables"]["single"].get(dataset)
         if ts is None:
-            raise ValueError(f"config: tables.single has no train set for dataset '{dataset}'")
+            raise ConfigError(f"config: tables.single has no train set for dataset '{dataset}'")
         return ts
 
     def paper_split_of(self, dataset, split):
@@ -207,7 +208,7 @@ class DcsrPlan(PlanBase):
     def dcsr_table6_cells(self):
         t = self.dcsr_tcfg("table6")
         if t is None:
-            raise ValueError(
+            raise ConfigError(
                 "config: tables.dcsr.table6 is null at this scale (it needs TriviaQA and NQ "
                 "training data: scale=paper)"
             )
@@ -289,7 +290,7 @@ class DcsrPlan(PlanBase):
         """DPR's released training file of a dataset (an error when its examples are mined)."""
         how = self.C["train_examples"].get(dataset, "mine")
         if how == "mine":
-            raise ValueError(f"dataset '{dataset}': training examples are mined, not released")
+            raise ConfigError(f"dataset '{dataset}': training examples are mined, not released")
         return self.source_file(how)
 
     def miner_split(self, dataset):

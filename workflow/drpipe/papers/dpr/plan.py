@@ -6,7 +6,9 @@ from __future__ import annotations
 from functools import cached_property
 
 from drpipe.config import (
+    ConfigError,
     method_config,
+    method_variant,
 )
 from drpipe.methods import method_class
 from drpipe.papers import paper, paper_of_run
@@ -16,8 +18,41 @@ from drpipe.training.settings import DEFAULTS as TRAIN_DEFAULTS
 
 
 class DprPlan(PlanBase):
+    def check(self):
+        super().check()
+        # A tuned hybrid weight needs held-out training questions: say so before any job runs.
+        if self.C["hybrid"]["lambda"] == "tune":
+            for run, train_set, *_ in self.table2_runs():
+                if run.endswith("+bm25"):
+                    self.hybrid_tuning_datasets(run.removesuffix("+bm25"), train_set)
+
     def targets(self):
         return ["results/dpr/table3.csv", "results/dpr/figure1.png"]
+
+    def table3_cfg(self):
+        """What DPR's Table 3 reads: each variant's overrides and the paper row it reproduces."""
+        variants = {}
+        for v in self.C["tables"]["table3"]["variants"]:
+            entry = method_variant(self.C, f"dpr.{v}")
+            variants[f"dpr.{v}"] = {**entry["overrides"], "paper_method": entry.get("paper_row")}
+        return {"scale": self.SCALE, "tolerance": self.TOLERANCE, "variants": variants}
+
+    def figure1_labels(self):
+        """Figure 1's curves: BM25, each training-set size, all of it."""
+        sizes = [
+            method_variant(self.C, f"dpr.{v}")["overrides"].get("max_examples")
+            for v in self.C["tables"]["figure1"]["variants"]
+        ]
+        return ["BM25", *(f"# Train: {n}" for n in sizes), "# Train: all"]
+
+    def figure1_cfg(self):
+        f1 = self.C["tables"]["figure1"]
+        return {
+            "scale": self.SCALE,
+            "dataset": f1["dataset"],
+            "split": f1["split"],
+            "max_k": max(self.C["evaluate"]["ks"]),
+        }
 
     RELEASED_RUN = "dpr.released"
 
@@ -29,18 +64,18 @@ class DprPlan(PlanBase):
         weight belongs to the model; an evaluation-only dataset has no training questions).
         """
         if run == "init":
-            raise ValueError("config: hybrid.lambda 'tune' needs a trained run, not init")
+            raise ConfigError("config: hybrid.lambda 'tune' needs a trained run, not init")
         datasets = self.C["train_sets"][train_set]
         fix = "set hybrid.lambda to a number (DPR: 1.1, chosen on its dev set)"
         if self.val_set_files(train_set):
-            raise ValueError(
+            raise ConfigError(
                 f"config: hybrid.lambda 'tune' tunes on the training questions a model held out "
                 f"for validation, but train set '{train_set}' validates on dev_examples files "
                 f"and holds none out; {fix}"
             )
         released = [d for d in datasets if self.C["train_examples"].get(d, "mine") != "mine"]
         if released:
-            raise ValueError(
+            raise ConfigError(
                 f"config: hybrid.lambda 'tune' tunes on the held-out training questions of train "
                 f"set '{train_set}', but train_examples.{released[0]} is a released file whose "
                 f"questions are no question table (qa.{released[0]}.train); {fix}"

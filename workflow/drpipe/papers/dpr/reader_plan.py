@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from drpipe.config import ConfigError
 from drpipe.papers import paper
 from drpipe.plan.base import PlanBase
 
@@ -34,7 +35,7 @@ class ReaderPlan(PlanBase):
             return
         for doc in self.C["corpus"]["documents"]:
             if doc.get("source") == ws["source"] and doc.get("sample_articles") is None:
-                raise ValueError(
+                raise ConfigError(
                     f"config: reader.warm_start reads articles of '{ws['source']}' outside the "
                     f"corpus, but corpus.documents '{doc['name']}' takes all of them; set "
                     "reader.warm_start: null (or sample that source's articles)"
@@ -99,7 +100,7 @@ class ReaderPlan(PlanBase):
             self._check_warm_start()
             return [self.WARM_START_READER] if self.RC["warm_start"] else []
         if source == dataset:
-            raise ValueError(f"config: reader.multi_finetune.{dataset} names the dataset itself")
+            raise ConfigError(f"config: reader.multi_finetune.{dataset} names the dataset itself")
         return [f"results/readers/{rrun}/{rts}/{source}"]
 
     def warm_start_data_cfg(self):

@@ -19,19 +19,7 @@ rule table3:
     conda:
         env()
     params:
-        cfg=cfg_json(
-            {
-                "scale": SCALE,
-                "tolerance": TOLERANCE,
-                "variants": {
-                    f"dpr.{v}": {
-                        **method_variant(C, f"dpr.{v}")["overrides"],
-                        "paper_method": method_variant(C, f"dpr.{v}").get("paper_row"),
-                    }
-                    for v in C["tables"]["table3"]["variants"]
-                },
-            }
-        ),
+        cfg=cfg_json(table3_cfg()),
         code=code("drpipe.papers.dpr.tables"),
     shell:
         "drpipe tables table3 --metrics {input:q} --out {output.csv:q} --md {output.md:q}"
@@ -56,20 +44,8 @@ rule figure1:
     conda:
         env()
     params:
-        labels=["BM25"]
-        + [
-            f"# Train: {method_variant(C, f'dpr.{v}')['overrides'].get('max_examples')}"
-            for v in C["tables"]["figure1"]["variants"]
-        ]
-        + ["# Train: all"],
-        cfg=cfg_json(
-            {
-                "scale": SCALE,
-                "dataset": C["tables"]["figure1"]["dataset"],
-                "split": C["tables"]["figure1"]["split"],
-                "max_k": max(C["evaluate"]["ks"]),
-            }
-        ),
+        labels=figure1_labels(),
+        cfg=cfg_json(figure1_cfg()),
         code=code("drpipe.papers.dpr.tables"),
     shell:
         "drpipe tables figure1 --per-question {input:q} --labels {params.labels:q}"
