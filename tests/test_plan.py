@@ -194,3 +194,19 @@ def test_a_plan_part_adds_checks_and_hooks_by_name():
     assert targets(plan)[0] == "results/extra.csv"
     with pytest.raises(ConfigError, match="seed"):
         cls({**config, "seed": -1}, mirror=str(mirror_dir()))
+
+
+def test_one_grid_builds_the_single_multi_hybrid_rows():
+    plan = plan_of("paper")
+    rows = plan.grid(
+        "nq", ["dpr", "xmoco"], label=str.upper, hybrid_label=lambda m: m == "dpr" and "H",
+        multi=lambda m: "multi",
+    )  # fmt: skip
+    assert rows == [
+        ("dpr", "nq", "nq", "Single", "DPR"), ("dpr+bm25", "nq", "nq", "Single", "H"),
+        ("dpr", "multi", "nq", "Multi", "DPR"), ("dpr+bm25", "multi", "nq", "Multi", "H"),
+        ("xmoco", "nq", "nq", "Single", "XMOCO"), ("xmoco", "multi", "nq", "Multi", "XMOCO"),
+    ]  # fmt: skip
+    # A dataset without a Single train set (an evaluation-only column) gets Multi rows only.
+    assert {r[3] for r in plan.grid("nope", ["dpr"], label=str, hybrid_label=lambda m: None,
+                                    multi=lambda m: "multi")} == {"Multi"}  # fmt: skip

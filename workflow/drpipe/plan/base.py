@@ -114,6 +114,26 @@ class PlanBase:
     def metrics_file(self, run, train_set, dataset, split):
         return f"results/metrics/{run}/{train_set}/{dataset}-{split}.json"
 
+    def settings(self, dataset, multi):
+        """The (training, train set) pairs a dataset's rows are trained in: Single (its own
+        train set, tables.single) and Multi (``multi``), each where configured."""
+        pairs = (("Single", self.C["tables"]["single"].get(dataset)), ("Multi", multi))
+        return [(training, ts) for training, ts in pairs if ts]
+
+    def grid(self, dataset, methods, *, label, hybrid_label, multi):
+        """Table rows (run, train set, dataset, training, label) of ``methods`` on ``dataset``
+        in each training setting, each followed by its BM25 hybrid where hybrids are enabled
+        and ``hybrid_label(method)`` names one (None: the method has none). ``multi(method)``
+        is the method's Multi train set; ``label(method)`` its row label."""
+        rows = []
+        for method in methods:
+            for training, ts in self.settings(dataset, multi(method)):
+                rows.append((method, ts, dataset, training, label(method)))
+                hybrid = self.C["hybrid"]["enabled"] and hybrid_label(method)
+                if hybrid:
+                    rows.append((f"{method}+bm25", ts, dataset, training, hybrid))
+        return rows
+
     def multi_train_set(self, method):
         """The train set of a method's Multi rows: the Multi set of the paper that lists the method
         (`tables.<paper>.multi`: DCSR trains on NQ + TriviaQA + SQuAD), else `tables.multi` (DPR's

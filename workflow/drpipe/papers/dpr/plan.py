@@ -138,18 +138,13 @@ class DprPlan(PlanBase):
         for dataset in t["datasets"]:
             rows.append(("bm25", "none", dataset, "None", "BM25"))
             rows.append(("init", "none", dataset, "None", "DPR init (no fine-tuning)"))
-            for method in t["methods"]:
-                cls = method_class(method)
-                settings = [("Single", t["single"].get(dataset))]
-                if self.multi_train_set(method):
-                    settings.append(("Multi", self.multi_train_set(method)))
-                for training, train_set in settings:
-                    if train_set is None:
-                        continue
-                    rows.append((method, train_set, dataset, training, cls.label))
-                    if self.C["hybrid"]["enabled"] and cls.hybrid:
-                        label = f"BM25+{cls.label}"
-                        rows.append((f"{method}+bm25", train_set, dataset, training, label))
+            rows += self.grid(
+                dataset,
+                t["methods"],
+                label=lambda m: method_class(m).label,
+                hybrid_label=lambda m: method_class(m).hybrid and f"BM25+{method_class(m).label}",
+                multi=self.multi_train_set,
+            )
             rows += self.released_rows(dataset)
         for hook in self.hooks("table2_hook"):
             rows += hook()[0]
@@ -163,25 +158,15 @@ class DprPlan(PlanBase):
         """Table 2 rows of DPR's released checkpoints on ``dataset``: where our DPR of the same
         train set has a row (Single: tables.single; Multi: DPR's Multi set), and its BM25 hybrid
         when the weight is fixed (tuning needs the held-out questions of a training run)."""
-        rows = []
-        for training, ts in (
-            ("Single", self.C["tables"]["single"].get(dataset)),
-            ("Multi", self.multi_train_set("dpr")),
-        ):
-            if ts is None or ts not in self.C["released"]:
-                continue
-            rows.append((self.RELEASED_RUN, ts, dataset, training, self.RELEASED_LABEL))
-            if self.C["hybrid"]["enabled"] and self.C["hybrid"]["lambda"] != "tune":
-                rows.append(
-                    (
-                        f"{self.RELEASED_RUN}+bm25",
-                        ts,
-                        dataset,
-                        training,
-                        f"BM25+{self.RELEASED_LABEL}",
-                    )
-                )
-        return rows
+        fixed = self.C["hybrid"]["lambda"] != "tune"
+        rows = self.grid(
+            dataset,
+            [self.RELEASED_RUN],
+            label=lambda _: self.RELEASED_LABEL,
+            hybrid_label=lambda _: fixed and f"BM25+{self.RELEASED_LABEL}",
+            multi=lambda _: self.multi_train_set("dpr"),
+        )
+        return [r for r in rows if r[1] in self.C["released"]]
 
     def table2_inputs(self):
         split = self.C["tables"]["split"]

@@ -23,17 +23,13 @@ class XmocoPlan(PlanBase):
         rows = []
         for dataset in t["datasets"]:
             rows.append(("bm25", "none", dataset, "None", "BM25"))
-            settings = [("Single", t["single"].get(dataset))]
-            if t["multi"]:
-                settings.append(("Multi", t["multi"]))
-            for method in ("dpr", "xmoco"):
-                for training, train_set in settings:
-                    if train_set is None:
-                        continue
-                    rows.append((method, train_set, dataset, training, method_class(method).label))
-                    if self.C["hybrid"]["enabled"]:
-                        label = self.XMOCO_HYBRID_LABELS[method]
-                        rows.append((f"{method}+bm25", train_set, dataset, training, label))
+            rows += self.grid(
+                dataset,
+                ("dpr", "xmoco"),
+                label=lambda m: method_class(m).label,
+                hybrid_label=self.XMOCO_HYBRID_LABELS.get,
+                multi=lambda _: t["multi"],
+            )
         return rows
 
     def xmoco_table2_inputs(self):
