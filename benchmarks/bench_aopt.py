@@ -113,8 +113,9 @@ def encoding_pass(
     import pyarrow.parquet as pq
 
     from drpipe.encode import encode_shard
-    from drpipe.encoders import encode_texts, resolve_precision, select_device
+    from drpipe.encoders import encode_texts, select_device
     from drpipe.io import write_parquet
+    from drpipe.precision import resolve_precision
     from drpipe.qa.datasets import read_questions
 
     bi = model_dir(tmp / "model", init)
@@ -168,10 +169,10 @@ def stand_in(tmp: Path, passages: Path, questions: Path, enc: dict) -> tuple[lis
     import pyarrow.parquet as pq
 
     from drpipe.aopt.vectors import write_query_vectors
-    from drpipe.encode import ids_path_for
     from drpipe.index import DenseIndex, build_index
     from drpipe.qa.datasets import read_questions
     from drpipe.runs import run_table, write_run
+    from drpipe.vectors import ids_path_for
 
     table = pq.read_table(passages)
     pids = np.asarray(table.column("pid").to_numpy(), np.int64)
@@ -210,9 +211,9 @@ def one_round(tmp: Path, shards, queries, run, questions, passages, threads: int
     from drpipe.aopt.optimise import optimise_side
     from drpipe.aopt.settings import DEFAULT_CFG, merged_cfg
     from drpipe.aopt.vectors import read_passage_vectors, write_passage_vectors
-    from drpipe.encode import read_query_vectors
     from drpipe.index import DenseIndex, build_index
     from drpipe.runs import run_table, write_run
+    from drpipe.vectors import read_query_vectors
 
     times = {}
     t0 = time.perf_counter()
@@ -274,8 +275,9 @@ def main() -> None:
     smoke.add_args(parser, OUT)
     args = smoke.parse_args(parser)
     size = SMOKE if args.smoke else Sizes()
-    from drpipe.encoders import resolve_precision, select_device
+    from drpipe.encoders import select_device
     from drpipe.io import write_json
+    from drpipe.precision import resolve_precision
     from drpipe.qa.datasets import read_questions
 
     result: dict = {

@@ -557,8 +557,9 @@ def faiss_section(size: FaissSizes, tmp: Path) -> dict:
     the overlap@k of each GPU result with the CPU one and with the exact one, and seconds."""
     import faiss
 
-    from drpipe.encode import ids_path_for
-    from drpipe.index import DenseIndex, build_index, gpu_faiss_problem
+    from drpipe.index import DenseIndex, build_index
+    from drpipe.placement import gpu_faiss_problem
+    from drpipe.vectors import ids_path_for
 
     gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
     # use_gpu auto falls back to the CPU, saying why, where this FAISS build cannot search on

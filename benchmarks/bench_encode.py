@@ -24,7 +24,7 @@ Model: the packaged all-MiniLM-L6-v2 (mean pooling), loaded once before timing.
    in the same run on the same passages, rounds alternating, medians; and each path's cosine
    to the plain fp32 vectors (min and mean). The CPU flags that ``precision: auto`` decides by are printed,
    with the path it picks here; the last line reads ``best / fp32: R (path)``. Compare the
-   best path with ``drpipe.encoders.AUTO_RULES`` (and with the accuracy bound there) before
+   best path with ``drpipe.precision.AUTO_RULES`` (and with the accuracy bound there) before
    changing what ``auto`` picks on this kind of CPU. Timings mean something only on a quiet
    machine.
 
@@ -181,9 +181,10 @@ def main() -> None:
     if args.path_passages:
         size = dataclasses.replace(size, n_paths=args.path_passages)
     from drpipe.encode import encode_shard
-    from drpipe.encoders import resolve_precision, select_device
+    from drpipe.encoders import select_device
     from drpipe.environment import cpu_flags
     from drpipe.io import write_parquet
+    from drpipe.precision import resolve_precision
 
     auto = resolve_precision("auto", select_device())
     result: dict = {
@@ -318,9 +319,8 @@ def precision_paths(bi, table: pa.Table, size: Sizes, tmp: Path) -> dict:
     runs both implementations (``int8``: the pipeline's, ``int8_torch``: PyTorch's), built
     once outside the timing (their build seconds are reported beside)."""
     from drpipe.encode import encode_shard
-    from drpipe.encoders import PRECISIONS
     from drpipe.io import write_parquet
-    from drpipe.quantize import int8_backend
+    from drpipe.precision import PRECISIONS, int8_backend
 
     write_parquet(tmp / "paths.parquet", table)
     titles, texts = table.column("title").to_pylist(), table.column("text").to_pylist()

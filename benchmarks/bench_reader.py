@@ -172,7 +172,7 @@ def plain_train(
 def training(size: Sizes, init: str, paths: dict[str, Path], tmp: Path) -> dict[str, Any]:
     import torch
 
-    from drpipe.encoders import use_bf16
+    from drpipe.precision import use_bf16
     from drpipe.reader.train import ReaderTrainer
     from drpipe.training.distributed import default_threads
 
@@ -253,7 +253,8 @@ def scoring(size: Sizes, init: str, ws) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForQuestionAnswering
 
-    from drpipe.encoders import resolve_init, resolve_precision
+    from drpipe.encoders import resolve_init
+    from drpipe.precision import resolve_precision
     from drpipe.quantize import quantize_int8
     from drpipe.reader.inputs import encode, question_ids
     from drpipe.reader.model import build_reader

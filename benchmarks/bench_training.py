@@ -135,8 +135,8 @@ def main() -> int:
     import numpy as np
     import torch
 
-    from drpipe.encoders import cpu_has_fast_bf16
     from drpipe.io import write_json, write_jsonl
+    from drpipe.precision import cpu_has_fast_bf16
     from drpipe.training.data import epoch_batches
     from drpipe.training.distributed import default_threads
 

@@ -94,7 +94,7 @@ def main() -> None:
     import torch
 
     from drpipe.encoders import HIDDEN
-    from drpipe.quantize import int8_backend
+    from drpipe.precision import int8_backend
 
     torch.set_num_threads(2)
     bi = harness.load()

@@ -21,10 +21,10 @@ from drpipe.aopt.optimise import early_stop, group_problems, optimise, optimise_
 from drpipe.aopt.settings import DEFAULT_CFG, merged_cfg
 from drpipe.aopt.vectors import read_passage_vectors, write_query_vectors
 from drpipe.corpus.passages import PASSAGE_SCHEMA
-from drpipe.encode import read_query_vectors
 from drpipe.io import write_parquet
 from drpipe.qa.datasets import read_questions, write_questions
 from drpipe.runs import run_table, write_run
+from drpipe.vectors import read_query_vectors
 
 D = 8
 
@@ -35,7 +35,7 @@ def _question(qid, question, answers):
 
 
 def _save_shards(dirpath: Path, pids: np.ndarray, vecs: np.ndarray, n_shards: int = 2):
-    from drpipe.encode import ids_path_for
+    from drpipe.vectors import ids_path_for
 
     dirpath.mkdir(parents=True, exist_ok=True)
     paths = []

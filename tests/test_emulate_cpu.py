@@ -26,9 +26,8 @@ needs_cpuid_faulting = pytest.mark.skipif(WHY is not None, reason=f"emulate_cpu:
 
 PROBE = """
 import json, torch
-from drpipe.encoders import resolve_precision
 from drpipe.environment import cpu_flags
-from drpipe.quantize import weight_bits
+from drpipe.precision import resolve_precision, weight_bits
 print(json.dumps({"isa": torch.backends.cpu.get_cpu_capability(), "flags": sorted(cpu_flags()),
                   "auto": resolve_precision("auto", "cpu").reason, "bits": weight_bits()}))
 """

@@ -18,10 +18,11 @@ import pyarrow as pa
 import pytest
 
 from drpipe.corpus.passages import PASSAGE_SCHEMA
-from drpipe.encode import encode_shard, ids_path_for
+from drpipe.encode import encode_shard
 from drpipe.errors import InputError
-from drpipe.index import DenseIndex, build_index, estimate_memory, merged_cfg, open_shards
+from drpipe.index import DenseIndex, build_index, estimate_memory, merged_cfg
 from drpipe.io import write_parquet
+from drpipe.vectors import ids_path_for, open_shards
 
 N_PASSAGES = 2000
 N_QUERIES = 100
@@ -251,36 +252,36 @@ def test_a_faiss_gpu_build_that_cannot_search_is_named_and_auto_falls_back(monke
     # PyPI's faiss-gpu-cu12 has no kernels for an H100/H200: its first GPU search aborts the
     # process (C++ assertion, "CUDA error 209 no kernel image"; seen on an H200). The probe
     # runs in a child process, so the abort is a message here, not the end of the rule.
-    import drpipe.index as index_mod
+    import drpipe.placement as placement
 
     aborts = (
         "import os, sys; sys.stderr.write('details: CUDA error 209 no kernel image\\n'); os.abort()"
     )
-    problem = index_mod.gpu_faiss_problem.__wrapped__(aborts)
+    problem = placement.gpu_faiss_problem.__wrapped__(aborts)
     assert "CUDA error 209 no kernel image" in problem and "exit status" in problem
-    assert index_mod.gpu_faiss_problem.__wrapped__("pass") is None
+    assert placement.gpu_faiss_problem.__wrapped__("pass") is None
 
     class SeesOneGpu:  # FAISS's answer on such a machine
         @staticmethod
         def get_num_gpus():
             return 1
 
-    monkeypatch.setattr(index_mod, "gpu_faiss_problem", lambda: problem)
-    with caplog.at_level(logging.WARNING, logger="drpipe.index"):
-        assert index_mod.gpu_wanted("auto", SeesOneGpu) is False
+    monkeypatch.setattr(placement, "gpu_faiss_problem", lambda: problem)
+    with caplog.at_level(logging.WARNING, logger="drpipe.placement"):
+        assert placement.gpu_wanted("auto", SeesOneGpu) is False
     assert "cannot search on them" in caplog.text and "CUDA error 209" in caplog.text
     with pytest.raises(SystemExit, match="use_gpu is 'on' but FAISS cannot search on the GPU.*209"):
-        index_mod.gpu_wanted("on", SeesOneGpu)
-    assert index_mod.gpu_wanted("off", SeesOneGpu) is False
-    monkeypatch.setattr(index_mod, "gpu_faiss_problem", lambda: None)
-    assert index_mod.gpu_wanted("auto", SeesOneGpu) is True
+        placement.gpu_wanted("on", SeesOneGpu)
+    assert placement.gpu_wanted("off", SeesOneGpu) is False
+    monkeypatch.setattr(placement, "gpu_faiss_problem", lambda: None)
+    assert placement.gpu_wanted("auto", SeesOneGpu) is True
 
 
 def test_ivfpq_goes_to_the_gpu_with_float16_lookup_tables_where_float32_ones_do_not_fit():
     # On an H200 FAISS refused config.yaml's IVF-PQ (m=64, nbits=8) on the GPU: its float32
     # lookup tables need 64 KiB of a block's 48 KiB shared memory. to_gpus asks for float16
     # tables (32 KiB) exactly then; smaller codebooks keep float32.
-    from drpipe.index import ivfpq_float16_tables
+    from drpipe.placement import ivfpq_float16_tables
 
     assert ivfpq_float16_tables(64, 8)
     assert not ivfpq_float16_tables(48, 8)  # 48 KiB: fits exactly
@@ -291,7 +292,7 @@ def test_ivfpq_goes_to_the_gpu_with_float16_lookup_tables_where_float32_ones_do_
 def test_the_memory_check_reads_the_jobs_cgroup_limit(tmp_path):
     # A SLURM job's --mem is a memory cgroup: the node may have 1 TB free and the job 192 GB.
     # Reclaimable page cache (inactive files) does not count as used.
-    from drpipe.index import cgroup_memory_left
+    from drpipe.placement import cgroup_memory_left
 
     def tree(lines, files):
         for rel, text in files.items():
@@ -325,8 +326,8 @@ def test_the_memory_check_reads_the_jobs_cgroup_limit(tmp_path):
 def test_an_index_too_large_for_the_gpus_is_searched_on_the_cpu(tmp_path, monkeypatch, caplog):
     # DCSR's paper-scale flat index (~243 GB) sharded over 4 GPUs fits in 80-GB cards, not in
     # 32-GB ones: use_gpu auto then searches on the CPU (the job has the memory), and `on` stops.
-    import drpipe.index as index_mod
-    from drpipe.index import gpus_too_small, index_bytes
+    import drpipe.placement as placement
+    from drpipe.placement import gpus_too_small, index_bytes
 
     gib = 1 << 30
     assert gpus_too_small(243 * gib, [79 * gib] * 4, shard=True) is None
@@ -345,10 +346,10 @@ def test_an_index_too_large_for_the_gpus_is_searched_on_the_cpu(tmp_path, monkey
     def no_gpu_copy(*_):
         raise AssertionError("the index went to the GPUs")
 
-    monkeypatch.setattr(index_mod, "gpu_wanted", lambda *_: True)
-    monkeypatch.setattr(index_mod, "gpu_free_bytes", lambda: [40, 8])
-    monkeypatch.setattr(index_mod, "to_gpus", no_gpu_copy)
-    with caplog.at_level(logging.WARNING, logger="drpipe.index"):
+    monkeypatch.setattr(placement, "gpu_wanted", lambda *_: True)
+    monkeypatch.setattr(placement, "gpu_free_bytes", lambda: [40, 8])
+    monkeypatch.setattr(placement, "to_gpus", no_gpu_copy)
+    with caplog.at_level(logging.WARNING, logger="drpipe.placement"):
         index = DenseIndex.load(tmp_path / "flat.faiss", use_gpu="auto")
     assert "on the CPU" in caplog.text and "GiB free" in caplog.text
     assert index.search(np.array([[0, 1, 0, 0]], np.float32), 1)[1][0, 0] == 8

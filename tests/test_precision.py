@@ -15,20 +15,20 @@ import torch
 from test_retrieve import packaged_model_dir, squad_passages_and_questions
 from test_tables import ROW_MAP, metric, run_cli
 
-from drpipe import encoders
+from drpipe import precision
 from drpipe.encode import encode_queries, encode_shard
-from drpipe.encoders import (
+from drpipe.encoders import to_device
+from drpipe.errors import InputError
+from drpipe.io import write_parquet
+from drpipe.papers import table2
+from drpipe.precision import (
     AUTO_PATHS,
     AUTO_RULES,
     PRECISIONS,
     cpu_has_fast_bf16,
     cpu_kind,
     resolve_precision,
-    to_device,
 )
-from drpipe.errors import InputError
-from drpipe.io import write_parquet
-from drpipe.papers import table2
 
 # The agreement the paths promise against fp32 on real passages (MiniLM, mean pooling).
 # Measured on these 48 passages and 24 questions: bf16 autocast min 0.99998; int8 through ONNX
@@ -74,18 +74,18 @@ def test_auto_resolves_by_cpu_flags(cpu, path, wide_path, kind, monkeypatch):
     assert wide.path == wide_path
     if wide_path == "int8":  # the weights' width follows the CPU: 7 bits without VNNI
         assert wide.int8_bits == (8 if cpu == "vnni" else 7)
-    monkeypatch.setattr(encoders, "has_onnxruntime", lambda: False)
+    monkeypatch.setattr(precision, "has_onnxruntime", lambda: False)
     narrow = resolve_precision("auto", "cpu", flags=FLAGS[cpu], allowed=("int8", *AUTO_PATHS))
     assert narrow.path == path
 
 
 def test_auto_reads_this_machines_flags_and_fakes_reach_it(monkeypatch):
-    monkeypatch.setattr(encoders, "cpu_flags", lambda: frozenset(FLAGS["amx"]))
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset(FLAGS["amx"]))
     assert resolve_precision("auto", "cpu").path == "bf16"
-    assert encoders.use_bf16("auto", "cpu") is True
-    monkeypatch.setattr(encoders, "cpu_flags", lambda: frozenset(FLAGS["avx2"]))
+    assert precision.use_bf16("auto", "cpu") is True
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset(FLAGS["avx2"]))
     assert resolve_precision("auto", "cpu").path == "fp32"
-    assert encoders.use_bf16("auto", "cpu") is False
+    assert precision.use_bf16("auto", "cpu") is False
 
 
 def test_auto_rules_are_well_formed():
@@ -220,7 +220,7 @@ def test_low_precision_vectors_agree_with_fp32(encoded, path):
 
 @pytest.mark.parametrize("cpu", FLAGS)
 def test_int8_weights_are_7_bit_only_on_x86_without_vnni(cpu):
-    from drpipe.quantize import saturates
+    from drpipe.precision import saturates
 
     flags = frozenset({"asimd"} if cpu == "arm" else FLAGS[cpu])
     assert saturates(flags) == (cpu in ("avx2", "avx512"))
@@ -230,10 +230,8 @@ def test_int8_with_7_bit_weights_stays_within_the_cosine_bound(corpus, model, en
                                                                monkeypatch):  # fmt: skip
     """The weights an x86 CPU without VNNI gets (this CPU computes them without saturating,
     so this measures their rounding alone) keep the int8 bound on the same real passages."""
-    from drpipe import quantize
-
     model_dir, bi = model
-    monkeypatch.setattr(quantize, "reduce_range", lambda: True)
+    monkeypatch.setattr(precision, "reduce_range", lambda: True)
     rep = encode_shard(model_dir, corpus / "passages.parquet", 0, 1, tmp_path / "v.npy",
                        {**ENC, "precision": "int8"}, model=bi)  # fmt: skip
     assert rep["precision_backend"].endswith("7-bit weights (x86 without VNNI)")
@@ -255,16 +253,14 @@ def test_int8_weight_bits_resolve_by_cpu_and_setting(cpu):
 
 
 def test_int8_backend_names_a_width_that_is_not_this_cpus(monkeypatch):
-    from drpipe import quantize
-
     for native, bits, says in (
         (False, 8, None),
         (False, 7, "7-bit weights (as configured; this CPU has VNNI)"),
         (True, 7, "7-bit weights (x86 without VNNI)"),
         (True, 8, "8-bit weights (as configured; products can saturate on this CPU)"),
     ):
-        monkeypatch.setattr(quantize, "reduce_range", lambda native=native: native)
-        name = quantize.int8_backend(bits)
+        monkeypatch.setattr(precision, "reduce_range", lambda native=native: native)
+        name = precision.int8_backend(bits)
         assert name.startswith("onnxruntime ") and (says is None) == ("," not in name)
         assert says is None or name.endswith(says), name
 
@@ -276,7 +272,6 @@ def test_configured_7_bit_weights_are_what_auto_picks_without_vnni(corpus, model
     (A CPU without VNNI also runs other kernels, whose vectors differ slightly: that is
     measured under ``benchmarks/emulate_cpu.py``, tests/test_emulate_cpu.py.) Their reports and
     Table 2's precision say 7-bit apart from 8-bit int8."""
-    from drpipe import quantize
     from drpipe.tables.precision import report_precision
 
     model_dir, bi = model
@@ -286,7 +281,7 @@ def test_configured_7_bit_weights_are_what_auto_picks_without_vnni(corpus, model
                          {**cfg, "int8_weight_bits": 7}, model=bi)  # fmt: skip
     eight = encode_shard(model_dir, corpus / "passages.parquet", 0, 1, paths["eight"],
                          {**cfg, "int8_weight_bits": 8}, model=bi)  # fmt: skip
-    monkeypatch.setattr(quantize, "reduce_range", lambda: True)
+    monkeypatch.setattr(precision, "reduce_range", lambda: True)
     native = encode_shard(model_dir, corpus / "passages.parquet", 0, 1, paths["native7"], cfg,
                           model=bi)  # fmt: skip
     a, b, c = (np.load(paths[k]) for k in ("seven", "eight", "native7"))
@@ -310,14 +305,16 @@ def test_int8_quantizes_a_copy_and_leaves_the_model_alone(model, monkeypatch):
     q = bi.for_inference("int8")
     assert q is not bi and q.tied and q.query is q.passage and q.method == bi.method
     assert isinstance(q.query.model, quantize.OnnxInt8)  # ONNX Runtime is installed
-    assert quantize.int8_backend().startswith("onnxruntime ")
+    assert precision.int8_backend().startswith("onnxruntime ")
     assert not any(isinstance(m, QLinear) for m in bi.query.modules())
     assert bi.for_inference("bf16") is bi and bi.for_inference("fp32") is bi
     # Without ONNX Runtime: PyTorch's quantization, and the reports say so.
+    # (the quantizer's choice and the report's record of it each ask, in their own module)
     monkeypatch.setattr(quantize, "has_onnxruntime", lambda: False)
+    monkeypatch.setattr(precision, "has_onnxruntime", lambda: False)
     q = bi.for_inference("int8")
     assert any(isinstance(m, QLinear) for m in q.query.modules())
-    assert quantize.int8_backend().startswith("torch ")
+    assert precision.int8_backend().startswith("torch ")
     assert resolve_precision("int8", "cpu").report()["precision_backend"].startswith("torch ")
 
 
@@ -338,7 +335,7 @@ def test_auto_on_a_faked_cpu_is_recorded_with_its_reason(corpus, model, tmp_path
     small = tmp_path / "small.parquet"
     write_parquet(small, pq.read_table(corpus / "passages.parquet").slice(0, 4))
     for cpu, path in (("amx", "bf16"), ("avx2", "fp32"), ("arm", "fp32")):
-        monkeypatch.setattr(encoders, "cpu_flags", lambda cpu=cpu: frozenset(FLAGS[cpu]))
+        monkeypatch.setattr(precision, "cpu_flags", lambda cpu=cpu: frozenset(FLAGS[cpu]))
         rep = encode_shard(model_dir, small, 0, 1, tmp_path / f"{cpu}.npy",
                            {**ENC, "precision": "auto"}, model=bi)  # fmt: skip
         assert rep["precision"] == path and rep["precision_setting"] == "auto"

@@ -19,12 +19,12 @@ import pytest
 
 from drpipe.cli import main as drpipe_main
 from drpipe.corpus.passages import PASSAGE_SCHEMA
-from drpipe.encode import encode_shard, ids_path_for
+from drpipe.encode import encode_shard
 from drpipe.errors import InputError
-from drpipe.index import VectorLookup, open_shards
+from drpipe.hybrid import fuse, hybrid
 from drpipe.io import write_parquet
-from drpipe.retrieve import fuse, hybrid
 from drpipe.runs import RUN_SCHEMA, read_run
+from drpipe.vectors import VectorLookup, ids_path_for, open_shards
 
 N_ARTICLES = 3
 N_QUESTIONS = 30
@@ -302,7 +302,7 @@ def test_encode_rejects_unknown_cfg_and_writes_nothing(corpus, model, tmp_path):
 
 
 def test_npy_appender_matches_numpy(tmp_path):
-    from drpipe.encode import NpyAppender
+    from drpipe.vectors import NpyAppender
 
     rows = np.arange(21, dtype=np.float32).reshape(7, 3)
     w = NpyAppender(tmp_path / "a.npy", np.float32, 3)
@@ -453,7 +453,7 @@ def test_hybrid_weight_tuned_on_held_out_questions_only(pipeline, corpus, model,
 
 def _subset_vectors(src, qids, dest):
     """The vectors of ``qids`` (in that order) out of a query-vector file, as a new one."""
-    from drpipe.encode import read_query_vectors
+    from drpipe.vectors import read_query_vectors
 
     all_qids, vecs = read_query_vectors(src)
     rows = [all_qids.index(q) for q in qids]

@@ -57,6 +57,14 @@ def merge_threads(args: argparse.Namespace) -> None:
     args.cfg = {**args.cfg, **{k: v for k, v in extra.items() if v is not None}}
 
 
+def set_threads(threads: int | None) -> None:
+    """Apply ``cfg.threads`` (as ``merge_threads`` folds ``--threads`` in) to torch."""
+    if threads:
+        import torch  # lazy: ~1 s at CLI start-up, which imports this module
+
+        torch.set_num_threads(int(threads))
+
+
 def need(cfg: dict[str, Any], key: str, where: str = "--cfg") -> Any:
     """Fetch a required config value with an error that names the missing key."""
     if key not in cfg:

@@ -2,20 +2,15 @@
 output channel, activations per batch at run time).
 
 Two implementations; :func:`quantize_int8` takes ONNX Runtime's when it is installed (it is in
-the package's dependencies), PyTorch's otherwise, and :func:`int8_backend` names the one that
-runs (every report of an int8 pass records it). ONNX Runtime's was chosen by measurement
+the package's dependencies), PyTorch's otherwise, and ``drpipe.precision.int8_backend`` names the
+one that runs (every report of an int8 pass records it). ONNX Runtime's was chosen by measurement
 (MiniLM, 256 real SQuAD passages at 128 tokens, batch 64, 2 cores, ``benchmarks/bench_encode.py``):
 the same speed as PyTorch's (2.1x the fp32 loop) with a quarter of its error, min / mean cosine
 to fp32 0.989 / 0.994 against 0.960 / 0.981. PyTorch's x86 kernels quantize activations to 7
 bits (``reduce_range``, against overflow in the u8 x s8 products); ONNX Runtime's use all 8.
 
-On an x86 CPU without VNNI, ONNX Runtime multiplies u8 activations by s8 weights with
-instructions whose int16 sums saturate; there weights are quantized to 7 bits (its
-``reduce_range``, the remedy its documentation gives), and the backend's name says so. The
-measured figures above are of a CPU with VNNI. The width can be set (``int8_weight_bits``: 7
-or 8, ``auto`` as above): 7 on a CPU with VNNI measures the width's cost; a CPU without VNNI
-also runs other kernels, whose vectors differ slightly (its accuracy is measured by emulating
-it, ``benchmarks/emulate_cpu.py``); 8 where products saturate is allowed and said.
+The weights' width (7 bits where the products saturate: x86 without VNNI) is decided in
+``drpipe.precision``; these figures are of a CPU with VNNI.
 
 The model is exported to ONNX (TorchScript exporter) at its first batch, which fixes the input
 names, quantized, and loaded into an in-memory session; the files live in a temporary folder
@@ -26,8 +21,6 @@ slightly on the batch it was computed in.
 from __future__ import annotations
 
 import copy
-import importlib.metadata
-import importlib.util
 import logging
 import tempfile
 import warnings
@@ -38,64 +31,16 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from drpipe.environment import cpu_flags
+from drpipe.precision import has_onnxruntime, int8_backend, weight_bits
 
 log = logging.getLogger(__name__)
-
-
-def has_onnxruntime() -> bool:
-    return (importlib.util.find_spec("onnxruntime") is not None
-            and importlib.util.find_spec("onnx") is not None)  # fmt: skip
-
-
-X86_FLAGS = frozenset({"sse4_2", "avx", "avx2", "avx512f"})
-VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
-
-
-def saturates(flags: frozenset[str]) -> bool:
-    """Whether ONNX Runtime's int8 products can saturate on a CPU with these flags: x86
-    without VNNI."""
-    return bool(flags & X86_FLAGS) and not flags & VNNI_FLAGS
-
-
-WEIGHT_BITS = ("auto", 7, 8)
-
-
-def reduce_range() -> bool:
-    """7-bit weights for ONNX Runtime's int8 on this CPU (see the module's docstring)."""
-    return saturates(cpu_flags())
-
-
-def weight_bits(setting: str | int = "auto", flags: frozenset[str] | None = None) -> int:
-    """The width of ONNX Runtime's int8 weights for ``setting`` (``WEIGHT_BITS``) on a CPU
-    with ``flags`` (default this one's)."""
-    if str(setting).lower() == "auto":
-        return 7 if (reduce_range() if flags is None else saturates(flags)) else 8
-    if str(setting) not in ("7", "8"):
-        raise ValueError(f"int8_weight_bits must be one of auto, 7, 8, not {setting!r}")
-    return int(setting)
-
-
-def int8_backend(bits: int | None = None) -> str:
-    """The implementation :func:`quantize_int8` uses here, with its version and, for ONNX
-    Runtime, the weights' width where it is not the full 8 bits or differs from this CPU's."""
-    if not has_onnxruntime():
-        return f"torch {torch.__version__} (onnxruntime not installed)"
-    name = f"onnxruntime {importlib.metadata.version('onnxruntime')}"
-    native = 7 if reduce_range() else 8
-    bits = native if bits is None else bits
-    if bits == native:
-        return name + (", 7-bit weights (x86 without VNNI)" if bits == 7 else "")
-    if bits == 7:
-        return name + ", 7-bit weights (as configured; this CPU has VNNI)"
-    return name + ", 8-bit weights (as configured; products can saturate on this CPU)"
 
 
 def quantize_int8(model: nn.Module, outputs: Sequence[str], bits: int | None = None) -> nn.Module:
     """An int8 copy of ``model`` (a Hugging Face model called with keyword tensors) for a CPU.
     Its forward takes the same keywords and returns an object with the ``outputs`` fields
     (e.g. ``last_hidden_state``); ``model`` is left as it is. ``bits``: ONNX Runtime's weight
-    width (:func:`weight_bits`; default this CPU's); PyTorch's has its own."""
+    width (``drpipe.precision.weight_bits``; default this CPU's); PyTorch's has its own."""
     if has_onnxruntime():
         return OnnxInt8(model, outputs, bits)
     return torch_quantize_int8(model)

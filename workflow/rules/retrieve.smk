@@ -58,7 +58,7 @@ rule hybrid:
             f"--{k.replace('_', '-')} {input[k]}" for k in hybrid_tuning_inputs(w)
         ),
         cfg=lambda w: cfg_json(hybrid_cfg(w.run)),
-        code=lambda w: method_code(w.run, "drpipe.retrieve"),
+        code=lambda w: method_code(w.run, "drpipe.hybrid"),
     shell:
         "drpipe hybrid --model {input.model:q} --queries {input.queries:q}"
         " --index {input.index:q} --embeddings {input.embeddings:q}"

@@ -72,11 +72,11 @@ from drpipe.aopt.settings import (
 )
 from drpipe.aopt.vectors import read_passage_vectors, write_passage_vectors, write_query_vectors
 from drpipe.cliutil import add_cfg
-from drpipe.encode import read_query_vectors
 from drpipe.environment import environment
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, write_json
 from drpipe.qa.datasets import read_questions
+from drpipe.vectors import read_query_vectors
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from drpipe.encode import ids_path_for
 from drpipe.errors import InputError
-from drpipe.index import open_shards
 from drpipe.io import atomic_path
+from drpipe.vectors import ids_path_for, open_shards
 
 
 @dataclass

@@ -83,7 +83,8 @@ def _score(args: argparse.Namespace) -> int:
     import torch
 
     from drpipe.corpus.passages import load_passages
-    from drpipe.encoders import resolve_precision, select_device
+    from drpipe.encoders import select_device
+    from drpipe.precision import resolve_precision
     from drpipe.qa.datasets import read_questions
     from drpipe.reader.model import load_reader
     from drpipe.reader.score import (

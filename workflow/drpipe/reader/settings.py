@@ -10,8 +10,8 @@
 - ``val_fraction`` (0.1): training questions held out for checkpoint selection (never test);
   ``val_k`` (10): passages each held-out question is read over when selecting
 - ``seed``, ``bf16`` (training), ``precision`` (scoring: fp32 | bf16 | int8 | auto, resolved as
-  ``drpipe.encoders.resolve_precision``), ``int8_weight_bits`` (auto | 7 | 8: int8's weight width,
-  ``drpipe.quantize.weight_bits``), ``eval_batch_size`` (inputs per forward when scoring),
+  ``drpipe.precision.resolve_precision``), ``int8_weight_bits`` (auto | 7 | 8: int8's weight width,
+  ``drpipe.precision.weight_bits``), ``eval_batch_size`` (inputs per forward when scoring),
   ``checkpoint_every`` (steps), ``log_every``, ``threads``
 """
 

@@ -25,7 +25,7 @@ def cell_key(run: str, train_set: str | None, dataset: str) -> str:
 def report_precision(report: dict[str, Any]) -> str:
     """The precision a training or encoding report records (reports written before the
     precision setting say ``bf16`` true/false; question reports of then say nothing). int8
-    with 7-bit weights (``drpipe.quantize``) is named apart: its numbers differ from 8-bit's."""
+    with 7-bit weights (``drpipe.precision``) is named apart: its numbers differ from 8-bit's."""
     precision = report.get("precision")
     if precision:
         if precision == "int8" and "7-bit weights" in str(report.get("precision_backend", "")):

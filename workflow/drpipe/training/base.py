@@ -23,8 +23,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from drpipe.encoders import select_device, use_bf16
+from drpipe.encoders import select_device
 from drpipe.io import atomic_path, write_json
+from drpipe.precision import use_bf16
 from drpipe.training.build import deterministic_on_cpu, linear_schedule
 from drpipe.training.checkpoints import (
     load_checkpoint,
