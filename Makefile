@@ -64,7 +64,7 @@ squad: install
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(TARGET) $(SNAKEMAKE_ARGS) \
 		--config scale=squad $(CONFIG)
 
-# The paper scale rehearsed on CPU before GPU-days are spent (config scales.rehearsal): every
+# The paper scale rehearsed on CPU before GPU-days are spent (config/scales/rehearsal.yaml): every
 # paper-scale rule and table on stand-in inputs of the papers' formats made from DATA_MIRROR
 # and a tiny encoder, in $(REHEARSAL_DIR)/; ends with the one-page results/run_summary.md.
 REHEARSAL_DIR ?= rehearsal

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -132,7 +133,7 @@ PAPER_PLAN_TARGETS = ("results/run_summary.md", "results/table4.csv")
 def paper_plan_cmd(workdir: Path, *targets: str) -> list[str]:
     """The paper scale's dry run of ``targets`` with the SLURM profile, in ``workdir``."""
     # Conda is absent on these machines: environment modules instead (no rule declares any).
-    return [str(SNAKEMAKE), "-n", *targets, "--profile", str(PROFILE), "--config", "scale=paper",
+    return [str(SNAKEMAKE), "-n", "-p", *targets, "--profile", str(PROFILE), "--config", "scale=paper",
             "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
             "--sdm", "env-modules"]  # fmt: skip
 
@@ -145,11 +146,20 @@ def per_job(value: object) -> bool:
 
 def build_paper_plan(where: Path) -> Path:
     """The paper scale's dry run of PAPER_PLAN_TARGETS with the SLURM profile, its output in
-    ``where/plan.txt`` (each job with the resources the executor plugin would submit)."""
+    ``where/plan.txt`` (each job with the resources the executor plugin would submit and its
+    shell command) and its time in ``where/timing.json``: the one paper-scale plan that the
+    tests of the paper scale's structure read."""
     where.mkdir()
     cmd = paper_plan_cmd(where / "work", *PAPER_PLAN_TARGETS)
     env = env_with(DATA_MIRROR=str(mirror_dir()))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert proc.returncode == 0, proc.stderr[-4000:]
     (where / "plan.txt").write_text(proc.stdout + proc.stderr)
+    # CPU time, not wall: other processes on a shared 2-core machine stretch wall time.
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    (where / "timing.json").write_text(json.dumps({"wall": wall, "cpu": cpu}))
     return where

@@ -15,12 +15,12 @@ import yaml
 from scipy import stats
 
 from drpipe import claims as C
-from drpipe.config import resolve
+from drpipe.config import read_defaults, resolve
 from drpipe.errors import InputError
 from drpipe.methods import method_names
 
 REPO = Path(__file__).resolve().parents[1]
-RAW = yaml.safe_load((REPO / "config.yaml").read_text())
+RAW = read_defaults(REPO)
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 PAPERS = REPO.parent / "shared" / "papers"
 

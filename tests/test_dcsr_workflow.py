@@ -4,7 +4,10 @@ rules, generic corpus subsets, and Tables 3 and 6 planned at paper scale."""
 from __future__ import annotations
 
 import pytest
-from workflow_util import planned_jobs, snakemake
+from workflow_util import REPO, mirror_dir, plan_jobs, planned_jobs, snakemake
+
+from drpipe.config import load_workflow_config
+from drpipe.plan import build_plan
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +63,13 @@ def test_tables_4_7_8_figure4_and_k_plan_at_mini(work):
     assert not any("subsets" in out for out in outputs(jobs, "train"))
 
 
-def test_tables_3_and_6_plan_at_paper_scale(work):
-    jobs = planned_jobs(work, "results/dcsr/table3.csv", "results/dcsr/table6.csv",
-                        overlay={"scale": "paper"})  # fmt: skip
+def paper_jobs(plan_dir) -> list[tuple[str, str]]:
+    """(rule, output) of the shared paper-scale plan (tests/slurm_run.py: every table)."""
+    return [(j["rule"], o) for j in plan_jobs(plan_dir) for o in j["output"][:1]]
+
+
+def test_tables_3_and_6_plan_at_paper_scale(slurm_paper_plan):
+    jobs = paper_jobs(slurm_paper_plan)
     # Table 3: adversarial training = a second round on hard negatives mined over the
     # questions of DPR's released NQ / TriviaQA training files.
     assert {"results/models/dcsr.hard_dcsr/nq", "results/models/dpr.hard_dpr/triviaqa"} <= (
@@ -82,31 +89,32 @@ def test_tables_3_and_6_plan_at_paper_scale(work):
     )
 
 
-def _train_files(proc, model: str) -> list[str]:
+def _train_files(planned: list[dict], model: str) -> list[str]:
     """The --train files of the planned job that writes ``model`` (its shell command)."""
-    for line in (proc.stdout + proc.stderr).splitlines():
-        if line.startswith("Shell command: drpipe train ") and f"--out {model} " in line:
-            files = line.split("--train ", 1)[1].split(" --", 1)[0].split()
+    for job in planned:
+        if job["rule"] == "train" and model in job["output"]:
+            files = job["shell"].split("--train ", 1)[1].split(" --", 1)[0].split()
             return sorted(f.rsplit("/", 1)[-1] for f in files)
     raise AssertionError(f"no train job for {model}")
 
 
-def test_multi_rows_train_on_each_papers_multi_set_at_paper_scale(work):
+def test_multi_rows_train_on_each_papers_multi_set_at_paper_scale(slurm_paper_plan):
     """DCSR 4.2 trains its Multi model on NQ + TriviaQA + SQuAD; DPR's (and xMoCo's) Multi set
-    is NQ + TriviaQA + WQ + TREC. Both Table 2s plan each paper's own Multi model."""
-    proc = snakemake(work, "-n", "-p", "results/table2.csv", "results/dcsr/table2.csv",
-                     overlay={"scale": "paper"})  # fmt: skip
+    is NQ + TriviaQA + WQ + TREC. Both Table 2s plan each paper's own Multi model (the shared
+    paper-scale plan)."""
+    planned = plan_jobs(slurm_paper_plan)
     dcsr = ["biencoder-nq-train.json.gz", "biencoder-squad1-train.json.gz",
             "biencoder-trivia-train.json.gz"]  # fmt: skip
     dpr = ["biencoder-curatedtrec-train.json.gz", "biencoder-nq-train.json.gz",
            "biencoder-trivia-train.json.gz", "biencoder-webquestions-train.json.gz"]  # fmt: skip
-    assert _train_files(proc, "results/models/dcsr/dcsr_multi") == dcsr
-    assert _train_files(proc, "results/models/dpr/multi") == dpr
-    assert _train_files(proc, "results/models/xmoco/multi") == dpr
-    assert "--out results/models/dcsr/multi " not in proc.stdout + proc.stderr
-    jobs = planned_jobs(work, "results/dcsr/table2.csv", overlay={"scale": "paper"})
-    evaluated = outputs(jobs, "evaluate")
+    assert _train_files(planned, "results/models/dcsr/dcsr_multi") == dcsr
+    assert _train_files(planned, "results/models/dpr/multi") == dpr
+    assert _train_files(planned, "results/models/xmoco/multi") == dpr
+    assert not [j for j in planned if "results/models/dcsr/multi" in j["output"]]
     # DCSR's Table 2: its datasets (tables.dcsr.table2), DCSR's Multi model beside DPR's.
+    plan = build_plan(load_workflow_config(REPO, {"scale": "paper"}), mirror=str(mirror_dir()))
+    read = {c["file"] for c in plan.dcsr_table2_cells()}
     assert {"results/metrics/dcsr/dcsr_multi/squad-test.json",
-            "results/metrics/dpr/multi/squad-test.json"} <= evaluated  # fmt: skip
-    assert not any("/wq-" in m or "/trec-" in m for m in evaluated)
+            "results/metrics/dpr/multi/squad-test.json"} <= read  # fmt: skip
+    assert not any("/wq-" in m or "/trec-" in m for m in read)
+    assert read <= set(outputs(paper_jobs(slurm_paper_plan), "evaluate"))

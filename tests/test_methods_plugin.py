@@ -17,8 +17,10 @@ from drpipe.config import (
     ConfigError,
     deep_merge,
     method_config,
+    method_keys,
     method_run_options,
     method_variant,
+    read_defaults,
     resolve,
     with_methods,
 )
@@ -27,7 +29,7 @@ from drpipe.methods.base import SENT_SLOTS, Method, unit_id, unit_pid
 from drpipe.methods.dpr import DPR
 
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
-RAW = yaml.safe_load((REPO / "config.yaml").read_text())
+RAW = read_defaults(REPO)
 PKG = REPO / "workflow" / "drpipe"
 
 
@@ -39,7 +41,7 @@ def test_registry_is_the_module_names_and_each_class_declares_itself():
         assert cls.name == name and cls.label
         assert cls.corpus_units in ("passages", "sentences")
         assert isinstance(cls.hybrid, bool) and isinstance(cls.special_tokens, tuple)
-        assert set(cls.config_defaults()) <= set(cls.config_schema())
+        assert set(cls.config_schema()) == set(cls.config_defaults())
     assert method_class("dpr").label == "DPR"
     with pytest.raises(ValueError, match="unknown method 'nope'"):
         get_method("nope")
@@ -49,20 +51,38 @@ def test_a_subclass_keeps_its_own_keys_and_inherits_its_parents():
     class Child(DPR):
         name = "child"
         label = "Child"
-        defaults = {"extra": 3}
-        schema = {"extra": {"type": "integer"}}
+        defaults = {"extra": 3, "lr": 4.0e-5}
+        schema = {"extra": {"type": "integer"}, "quiet": {"type": "boolean", "default": True}}
 
-    assert Child.config_defaults() == {**DPR.defaults, "extra": 3}
-    assert set(Child.config_schema()) == {*DPR.schema, "extra"}
+    # Parent's (Method's, then DPR's), then its own; schema defaults stay out of the cfg.
+    assert Child.cfg_defaults() == {**Method.defaults, **DPR.defaults, "extra": 3, "lr": 4.0e-5}
+    assert Child.config_defaults() == {**DPR.config_defaults(), "extra": 3, "quiet": True}
+    assert set(Child.config_schema()) == {*DPR.schema, "extra", "quiet"}
+    assert method_keys(Child, SCHEMA)["extra"] == {"type": "integer"}
     m = Child({"extra": 5, "hard_negatives": 2, "lr": 1.0})  # lr: a loop key, not the method's
     assert m.cfg["extra"] == 5 and m.cfg["hard_negatives"] == 2 and "lr" not in m.cfg
+    assert m.cfg["quiet"] is True and m.cfg["shuffle_positives"] is False
 
     class NoSchema(DPR):
         name = "noschema"
         defaults = {"undeclared": 1}
 
-    with pytest.raises(TypeError, match="no schema for key"):
-        NoSchema.config_schema()
+    with pytest.raises(ConfigError, match="unknown key undeclared"):
+        method_keys(NoSchema, SCHEMA)
+
+    class NoDefault(DPR):
+        name = "nodefault"
+        schema = {"weight": {"type": "number"}}
+
+    with pytest.raises(TypeError, match="no default for key"):
+        NoDefault.config_schema()
+
+    class Runtime(DPR):
+        name = "runtime"
+        schema = {"every": {"type": "integer", "default": 1, "x-runtime": True}}
+
+    with pytest.raises(ConfigError, match="marked runtime"):
+        method_keys(Runtime, SCHEMA)
 
 
 def test_schema_blocks_come_from_the_registry():
@@ -123,6 +143,8 @@ def test_unit_ids_pack_passage_and_sentence():
 def _package_copy(tmp_path: Path) -> Path:
     dest = tmp_path / "drpipe"
     shutil.copytree(PKG, dest, ignore=shutil.ignore_patterns("__pycache__"))
+    # beside the package as in the checkout: drpipe.runtime reads the schema's x-runtime marks
+    shutil.copytree(PKG.parent / "schemas", tmp_path / "schemas")
     return dest
 
 
@@ -232,9 +254,9 @@ def test_a_new_method_is_one_module(tmp_path):
         )
     )
     code = (
-        "import yaml; from drpipe.config import resolve, method_config; "
+        "import yaml; from drpipe.config import read_defaults, resolve, method_config; "
         "from drpipe.methods import method_names; "
-        f"raw = yaml.safe_load(open({str(REPO / 'config.yaml')!r})); "
+        f"raw = read_defaults({str(REPO)!r}); "
         f"sch = yaml.safe_load(open({str(REPO / 'workflow/schemas/config.schema.yaml')!r})); "
         "raw['methods']['echo'] = {'echo_weight': 0.25, 'lr': 1.0e-5}; "
         "raw['tables']['methods'] = ['dpr', 'echo']; "
@@ -244,3 +266,59 @@ def test_a_new_method_is_one_module(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "'echo'" in out.stdout and out.stdout.strip().endswith("0.25")
+
+
+def test_a_dpr_subclass_under_a_new_name_trains_with_dprs_defaults(tmp_path):
+    """A new user's method (methods/README.md): a DPR subclass in its own module, whose block
+    names only epochs and batch size, gets DPR's training cfg (its class's defaults), not the
+    loop's (the 9-key cfg that once trained it at lr 1e-5 without hard negatives)."""
+    import json
+    import subprocess
+    import sys
+
+    root = _package_copy(tmp_path)
+    (root / "methods" / "mydpr.py").write_text(
+        textwrap.dedent(
+            """
+            from drpipe.methods.dpr import DPR
+
+
+            class MyDPR(DPR):
+                name = "mydpr"
+                label = "MyDPR"
+
+
+            METHOD = MyDPR
+            """
+        )
+    )
+    # The config's parts method_config reads (no scale files: they are the loader's business).
+    config = {
+        "seed": RAW["seed"],
+        "encoder": RAW["encoder"],
+        "methods": {"dpr": RAW["methods"]["dpr"]},
+    }
+    dpr = {k: RAW["methods"]["dpr"][k] for k in ("epochs", "batch_size")}
+    code = textwrap.dedent(
+        f"""
+        import json
+        from drpipe.config import _workflow_schema, method_config, validate
+        config = json.loads({json.dumps(json.dumps(config))})
+        blocks = _workflow_schema()["properties"]["methods"]["properties"]
+        out = {{"dpr": method_config(config, "dpr")}}
+        for name, block in (("same", {dpr!r}), ("other", {{"epochs": 3, "batch_size": 4}})):
+            validate(block, blocks["mydpr"])
+            config["methods"]["mydpr"] = block
+            out[name] = method_config(config, "mydpr")
+        print(json.dumps(out))
+        """
+    )
+    env = {"PYTHONPATH": str(tmp_path), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert out["same"] == out["dpr"]
+    assert {"lr", "negative_type", "hard_negatives", "in_batch", "warmup_ratio"} <= set(out["dpr"])
+    assert {k for k in out["dpr"] if out["other"][k] != out["dpr"][k]} == {"epochs", "batch_size"}
+    assert set(out["other"]) == set(out["dpr"])
+    assert (out["other"]["epochs"], out["other"]["batch_size"]) == (3, 4)

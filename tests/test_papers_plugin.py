@@ -16,7 +16,7 @@ import yaml
 
 from drpipe.claims import load_claims
 from drpipe.cli import build_parser
-from drpipe.config import resolve
+from drpipe.config import read_defaults, resolve
 from drpipe.papers import paper_names, paper_of_run, papers, row_order
 from drpipe.papers.numbers import load_paper_numbers, load_papers
 from drpipe.papers.table2 import table2, table2_markdown
@@ -170,10 +170,10 @@ def test_a_new_paper_folder_is_found_with_no_edit_elsewhere(tmp_path):
         import json, yaml
         from drpipe.claims import load_claims
         from drpipe.cli import build_parser
-        from drpipe.config import resolve
+        from drpipe.config import read_defaults, resolve
         from drpipe.papers import paper_names
         from drpipe.papers.numbers import load_paper_numbers
-        raw = yaml.safe_load(open({str(REPO / "config.yaml")!r}))
+        raw = read_defaults({str(REPO)!r})
         raw["tables"]["toy"] = {{"dataset": "squad"}}
         schema = yaml.safe_load(open({str(REPO / "workflow/schemas/config.schema.yaml")!r}))
         cfg = resolve(raw, schema)
@@ -199,7 +199,7 @@ def test_a_new_paper_folder_is_found_with_no_edit_elsewhere(tmp_path):
     assert "tables-toy" in found["commands"]
     assert found["claims"] == ["toy_bm25_beats_dpr"]
     # Without the folder, its config key is unknown again: the schema block was the paper's.
-    raw = yaml.safe_load((REPO / "config.yaml").read_text())
+    raw = read_defaults(REPO)
     raw["tables"]["toy"] = {"dataset": "squad"}
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     try:

@@ -16,7 +16,7 @@ import yaml
 from workflow_util import REPO, snakemake
 
 from drpipe import claims as C
-from drpipe.config import resolve
+from drpipe.config import read_defaults, resolve
 
 OVERLAY = runs.OVERLAY
 SAMPLE = runs.READER["sample"]
@@ -80,7 +80,7 @@ def test_answers_per_question_and_em_claims(run):
     metrics = json.loads((work / "results/answers/bm25/none/squad-test.json").read_text())
     assert len(answers) == metrics["n_questions"] and answers["qid"].is_unique
     assert metrics["em"] == pytest.approx(100 * answers["em"].mean())
-    raw = yaml.safe_load((REPO / "config.yaml").read_text())
+    raw = read_defaults(REPO)
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     cfg = resolve(raw, schema, user_files=[OVERLAY])
     frame = C.evaluate_claims(C.resolve_claims(cfg), work / "results").set_index("id")

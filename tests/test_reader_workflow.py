@@ -66,9 +66,9 @@ def test_mini_plans_one_shared_reader_and_one_heldout_run_for_k(work):
     assert '"init": "results/readers/warm_start"' in shared["cfg"]
 
 
-def test_paper_plans_a_reader_per_retriever_and_nq_fine_tuning_for_wq_and_trec(work):
-    proc = snakemake(work, "-n", "-p", "results/table4.csv", overlay={"scale": "paper"})
-    planned = jobs(proc.stdout + proc.stderr)
+def test_paper_plans_a_reader_per_retriever_and_nq_fine_tuning_for_wq_and_trec(slurm_paper_plan):
+    # The shared paper-scale plan (tests/slurm_run.py): Table 4 is among its targets.
+    planned = jobs((slurm_paper_plan / "plan.txt").read_text())
     train = {j["output"]: j for j in planned if j["rule"] == "reader_train"}
     assert {"results/readers/bm25/none/nq", "results/readers/dpr/nq/nq",
             "results/readers/dpr+bm25/multi/trec", "results/readers/xmoco/multi/wq"} <= set(train)  # fmt: skip

@@ -17,17 +17,16 @@ from pathlib import Path
 
 import pytest
 import tiny_run as runs
-import yaml
 from workflow_util import REPO, planned_jobs
 
-from drpipe.config import ConfigError, scale_overlay, split_run_name
+from drpipe.config import ConfigError, read_defaults, scale_overlay, split_run_name
 from drpipe.corpus.sources import iter_dpr_tsv
 from drpipe.corpus.wiki import drop_reason, iter_pages
 from drpipe.qa.datasets import load_questions
 from drpipe.standins import make_standin
 from drpipe.training.data import read_examples
 
-RAW = yaml.safe_load((REPO / "config.yaml").read_text())
+RAW = read_defaults(REPO)
 
 
 def test_a_scale_extends_another() -> None:
@@ -52,11 +51,12 @@ def test_the_rehearsal_changes_only_inputs_and_sizes() -> None:
     """Its own overlay touches no key that shapes the DAG beyond inputs and sizes."""
     own = RAW["scales"]["rehearsal"]
     assert own["extends"] == "paper"
-    assert set(own) == {"extends", "threads", "qa", "encode", "methods", "tables", "standins"}
+    assert set(own) == {"extends", "threads", "resources", "qa", "encode", "methods", "tables",
+                        "standins"}  # fmt: skip
     sizes = {"epochs", "epochs_by_train_set", "max_dropped_fraction"}  # a share of tiny files
     assert all(set(m) <= sizes for m in own["methods"].values())
     assert all(set(s) == {"sample"} for d in own["qa"].values() for s in d.values())
-    assert set(own["tables"]) == {"dcsr"}  # corpus subsets: sizes
+    assert set(own["tables"]) == {"dcsr", "scale_note"}  # corpus subsets: sizes; its note
     assert all(set(t) <= {"subset", "subsets"} for t in own["tables"]["dcsr"].values())
 
 

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from workflow_util import REPO
 
-from drpipe.config import ConfigError, deep_merge, resolve
+from drpipe.config import ConfigError, deep_merge, read_defaults, resolve
 
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
-RAW = yaml.safe_load((REPO / "config.yaml").read_text())
+RAW = read_defaults(REPO)
 
 PACKAGE = sorted((REPO / "workflow" / "drpipe").rglob("*.py"))
 RULE_FILES = [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]
@@ -86,8 +86,9 @@ def _shell_lines(path: Path) -> list[tuple[int, str]]:
 FIELD = re.compile(r"(?<!\{)\{([A-Za-z_][\w.\[\]'\"]*)(?::([^{}]*))?\}(?!\})")
 
 
-# Several command-line words built by common.smk's options() from integers only (settings
-# passed outside the hashed cfg): safe unquoted, and quoting would make them one word.
+# Several command-line words built by the plan's options() (drpipe.plan.base) from integers
+# only (settings passed outside the hashed cfg): safe unquoted, and quoting would make them one
+# word.
 MULTIWORD = {"params.opts"}
 
 

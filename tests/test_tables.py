@@ -16,6 +16,9 @@ from drpipe.papers import table2
 from drpipe.papers.dpr import tables as dpr_tables
 from drpipe.tables import compare, metrics
 
+# The paper scale as its overlay makes it (tables.paper_diff: true, tables.scale_note: null).
+PAPER = compare.Scale("paper", paper_diff=True, note=None)
+PAPER_CFG = {"scale": "paper", "paper_diff": True, "scale_note": None}
 ROW_MAP = {
     "bm25": {"method": "BM25", "training": "None", "paper": "dpr"},
     "init": {"method": "DPR init (no fine-tuning)", "training": "None", "paper": "dpr"},
@@ -93,7 +96,7 @@ def test_table2_multi_and_split_equivalence():
         metric("dpr", "nq+triviaqa+wq+trec", dataset="nq", split="dev", n=8757),
         metric("dpr", "multi", dataset="squad", split="dev"),
     ]
-    frame = table2.table2(metrics, "paper", ROW_MAP, train_sets={"multi": ["nq", "trec"]})
+    frame = table2.table2(metrics, PAPER, ROW_MAP, train_sets={"multi": ["nq", "trec"]})
     assert len(frame) == 1
     row = frame.iloc[0]
     assert (row["training"], row["method"]) == ("Multi", "DPR")
@@ -107,7 +110,7 @@ def test_table2_multi_and_split_equivalence():
         "split_squad",
     ]
     # With the equivalence switched off, squad dev gets no paper value.
-    frame = table2.table2(metrics[2:], "paper", ROW_MAP, split_equiv={})
+    frame = table2.table2(metrics[2:], PAPER, ROW_MAP, split_equiv={})
     assert math.isnan(frame.iloc[0]["squad_top20_paper"])
 
 
@@ -141,7 +144,7 @@ def test_table2_cli_writes_rounded_csv_and_markdown(tmp_path):
         paths[-1].write_text(json.dumps(m))
     out, md = tmp_path / "results" / "table2.csv", tmp_path / "results" / "table2.md"
     # At the paper scale the difference is printed, with the tolerance it is judged by.
-    cfg = json.dumps({"scale": "paper", "row_map": ROW_MAP, "tolerance": 1.0})
+    cfg = json.dumps({**PAPER_CFG, "row_map": ROW_MAP, "tolerance": 1.0})
     argv = ["tables", "table2", "--metrics", *map(str, paths), "--out", str(out), "--md", str(md)]
     assert run_cli([*argv, "--cfg", cfg]) == 0
     text = out.read_text()
@@ -212,7 +215,7 @@ def test_comparable_ranks_within_groups_and_keeps_ties():
     assert out["top1_paper_rank"].tolist() == [2, 1, pd.NA, 2, 1]
     tied = compare.comparable(frame.assign(top1=[60.0] * 5), "mini", groups=["protocol"])
     assert tied["top1_rank"].tolist()[:2] == [1, 1]
-    paper = compare.comparable(frame, "paper", tolerance=10.0)
+    paper = compare.comparable(frame, PAPER, tolerance=10.0)
     assert paper["top1_within_tol"].tolist() == [True, False, pd.NA, False, True]
     assert (paper["diff_tolerance"] == 10.0).all()
 
@@ -313,7 +316,7 @@ def test_table3_cli(tmp_path):
     path.write_text(json.dumps(metric("random7", "squad", top=(10.0, 47.5, 64.3, 77.0))))
     out, md = tmp_path / "t3.csv", tmp_path / "t3.md"
     argv = ["tables", "table3", "--metrics", str(path), "--out", str(out), "--md", str(md)]
-    assert run_cli([*argv, "--cfg", json.dumps({"scale": "paper", "variants": VARIANTS})]) == 0
+    assert run_cli([*argv, "--cfg", json.dumps({**PAPER_CFG, "variants": VARIANTS})]) == 0
     frame = pd.read_csv(out)
     assert list(frame["variant"]) == ["random7"]
     assert (frame.loc[0, "top5_paper"], frame.loc[0, "top5_diff"]) == (47.0, 0.5)
@@ -423,7 +426,7 @@ def test_table2_notes_say_where_the_setup_differs_beside_each_row(tmp_path):
     # Paper scale, two-field BM25, a fixed weight, dev files: the notes follow the config.
     paper = {**SETUP, "bm25_fields": "title_text", "hybrid_lambda": 1.1,
              "validation": {"squad": "dev"}}  # fmt: skip
-    cfg = {"scale": "paper", "row_map": row_map, "setup": paper}
+    cfg = {**PAPER_CFG, "row_map": row_map, "setup": paper}
     assert run_cli([*argv, "--cfg", json.dumps(cfg)]) == 0
     assert "scale" not in " ".join(pd.read_csv(out)["notes"])
     text = md.read_text()
@@ -446,7 +449,7 @@ def test_table2_multi_rows_of_different_sets_say_so(tmp_path):
             "dcsr_multi": ["nq", "triviaqa", "squad"]}  # fmt: skip
     setup = {**SETUP, "multi_sets": {k: sets[k] for k in ("multi", "dcsr_multi")},
              "validation": {"squad": "dev", "multi": "dev", "dcsr_multi": "dev"}}  # fmt: skip
-    cfg = {"scale": "paper", "row_map": row_map, "train_sets": sets, "setup": setup}
+    cfg = {**PAPER_CFG, "row_map": row_map, "train_sets": sets, "setup": setup}
     assert run_cli([*argv, "--cfg", json.dumps(cfg)]) == 0
     frame = pd.read_csv(out)
     notes = {(r.training, r.method): r.notes for r in frame.itertuples()}
@@ -461,6 +464,6 @@ def test_table2_multi_rows_of_different_sets_say_so(tmp_path):
     assert "multi = nq + triviaqa + wq + trec" in text
     # One Multi set in the table: no such note.
     setup["multi_sets"] = {"multi": sets["multi"]}
-    cfg = {"scale": "paper", "row_map": row_map, "train_sets": sets, "setup": setup}
+    cfg = {**PAPER_CFG, "row_map": row_map, "train_sets": sets, "setup": setup}
     assert run_cli([*argv[:3], *map(str, paths[:2]), *argv[-4:], "--cfg", json.dumps(cfg)]) == 0
     assert not any("multi" in str(n).split("; ") for n in pd.read_csv(out)["notes"])

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import copy
-import time
 
 import pytest
 import yaml
-from workflow_util import REPO, planned_job_files, planned_jobs, snakemake
+from workflow_util import REPO, plan_jobs, planned_job_files, planned_jobs, snakemake
 
-from drpipe.config import ConfigError, deep_merge, method_config, resolve
+from drpipe.config import ConfigError, deep_merge, method_config, read_defaults, resolve
+from drpipe.methods import method_class
 
 SCHEMA = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
-RAW = yaml.safe_load((REPO / "config.yaml").read_text())
+RAW = read_defaults(REPO)
 
 
 def test_every_scale_validates_and_mini_is_default():
@@ -58,7 +58,9 @@ def test_unknown_scale_is_an_error():
 def test_method_variants_merge_onto_method_and_encoder():
     cfg = resolve(RAW, SCHEMA)
     base = method_config(cfg, "dpr")
-    assert base["init"] == cfg["encoder"]["init"] and base["lr"] == cfg["methods"]["dpr"]["lr"]
+    assert base["init"] == cfg["encoder"]["init"]
+    # DPR's lr: its class's default (config.yaml's block overrides none at mini)
+    assert base["lr"] == method_class("dpr").defaults["lr"] and "lr" not in cfg["methods"]["dpr"]
     variant = method_config(cfg, "dpr.t3_gold_7")
     assert variant["negative_type"] == "gold" and variant["in_batch"] is False
     assert variant["lr"] == base["lr"]
@@ -72,10 +74,9 @@ def test_invalid_config_stops_snakemake_naming_the_key(tmp_path):
     assert "unknown key bm25.k2" in proc.stdout + proc.stderr
 
 
-def test_paper_scale_dag_builds_quickly(tmp_path):
-    start = time.perf_counter()
-    jobs = planned_jobs(tmp_path, "--config", "scale=paper")
-    elapsed = time.perf_counter() - start
+def test_paper_scale_dag(slurm_paper_plan):
+    """The shared paper-scale plan (tests/slurm_run.py; its time: tests/test_slurm.py)."""
+    jobs = [(j["rule"], j["output"][0]) for j in plan_jobs(slurm_paper_plan) if j["output"]]
     rules = {r for r, _ in jobs}
     assert {
         "fetch",
@@ -104,10 +105,11 @@ def test_paper_scale_dag_builds_quickly(tmp_path):
     assert "results/index/dpr/multi/hnsw.faiss" in outputs
     # 50 shards for the initial encoder, for each method x (5 single + multi) train sets, and
     # for each of DPR's released checkpoints (evaluated without training).
+    # (The plan holds every paper's tables: count the encodings of Table 2's runs.)
     n_runs = 1 + len(paper["tables"]["methods"]) * 6 + len(paper["released"])
-    assert sum(r == "encode" for r, _ in jobs) == n_runs * 50
-    print(f"paper-scale dry run: {len(jobs)} jobs in {elapsed:.1f} s")
-    assert elapsed < 120
+    table2_runs = {"init", "dpr.released", *paper["tables"]["methods"]}
+    encoded = [o for r, o in jobs if r == "encode" and o.split("/")[2] in table2_runs]
+    assert len(encoded) == n_runs * 50
 
 
 def test_mini_dag_reaches_table2_from_the_mirror(tmp_path):
@@ -119,20 +121,16 @@ def test_mini_dag_reaches_table2_from_the_mirror(tmp_path):
     assert "results/models/init/none" in outputs
 
 
-def test_slurm_profile_assigns_per_rule_resources(tmp_path):
+def test_slurm_profile_assigns_per_rule_resources(slurm_paper_plan):
     """The SLURM executor plugin plans the paper-scale DAG with the profile's resources
     (conda needs a cluster, so software deployment is switched off for this dry run)."""
-    proc = snakemake(
-        tmp_path, "-n", "--config", "scale=paper", "--profile", str(REPO / "profiles/slurm"),
-        "--sdm", "env-modules",
-    )  # fmt: skip
-    text = proc.stdout + proc.stderr
-    blocks = text.split("\n\n")
-    train = [b for b in blocks if "rule train:" in b]
-    encode = [b for b in blocks if "rule encode:" in b]
-    assert train and all("gpu=8" in b and "slurm_partition=gpu" in b for b in train)
-    assert all("--nproc 8" in b for b in train)
-    assert encode and all("gpu=1" in b for b in encode)
+    jobs = plan_jobs(slurm_paper_plan)
+    train = [j for j in jobs if j["rule"] == "train"]
+    encode = [j for j in jobs if j["rule"] == "encode"]
+    assert train and all("gpu=8" in j["resources"] for j in train)
+    assert all("slurm_partition=gpu" in j["resources"] for j in train)
+    assert all("--nproc 8" in j["shell"] for j in train)
+    assert encode and all("gpu=1" in j["resources"] for j in encode)
 
 
 RULE_ENVS = r"""
@@ -146,7 +144,6 @@ with SnakemakeApi(OutputSettings(quiet=None)) as api:
         snakefile=Path(sys.argv[1]), workdir=Path(sys.argv[2]),
         config_settings=ConfigSettings(config={"scale": sys.argv[3]}),
         resource_settings=ResourceSettings(cores=1), storage_settings=StorageSettings())
-    wf.dag()
     def found(r):  # where Snakemake looks for the file: relative to the rule's own folder
         e = r.conda_env
         return Path(r.basedir.join(e).get_path_or_uri(secret_free=True)).is_file() if isinstance(e, str) else None
@@ -178,15 +175,13 @@ def test_gpu_rules_get_the_cuda_environment_at_paper_scale(tmp_path):
     assert on_gpu == {r for r, (_, gpu, _) in paper.items() if gpu}
     assert paper["bm25_search"][0].endswith("java.yaml")
     assert paper["evaluate"][0].endswith("cpu.yaml")
-    mini = rule_envs(tmp_path, "mini")
-    assert not any(e and e.endswith("gpu.yaml") for e, _, _ in mini.values())
-    assert all(e for r, (e, _, _) in mini.items() if r != "all"), "every rule names its environment"
+    # (That a local scale gets no GPU: tests/test_plan.py, the plan's resources.gpus.)
+    assert all(e for r, (e, _, _) in paper.items() if r != "all"), "every rule names its env"
     # Snakemake reads the file (it hashes it into each job's record, conda or not): a rule
     # derived with `use rule` in a paper's folder resolves it from there (DCSR's hard round
     # failed so, after each job, until it named its own).
-    for envs in (paper, mini):
-        missing = sorted(r for r, (e, _, found) in envs.items() if e and not found)
-        assert not missing, f"environment files not found for rules {missing}"
+    missing = sorted(r for r, (e, _, found) in paper.items() if e and not found)
+    assert not missing, f"environment files not found for rules {missing}"
 
 
 def test_torch_pins_agree():
@@ -236,15 +231,6 @@ def test_cross_key_and_yaml_number_errors(patch, message):
     raw = deep_merge(copy.deepcopy(RAW), patch)
     with pytest.raises(ConfigError, match=message):
         resolve(raw, SCHEMA)
-
-
-def test_unknown_table3_variant_is_a_config_error(tmp_path):
-    tables = {"table3": {"dataset": "squad", "split": "test", "train_set": "squad",
-                         "variants": ["t3_nope"]}}  # fmt: skip
-    proc = snakemake(tmp_path, "-n", "results/dpr/table3.csv", overlay={"tables": tables},
-                     check=False)  # fmt: skip
-    assert proc.returncode != 0
-    assert "methods.dpr.variants.t3_nope" in proc.stdout + proc.stderr
 
 
 # ------------------------------------------------------------ an evaluation-only dataset column
@@ -302,47 +288,6 @@ def test_an_evaluation_only_dataset_is_a_column_at_every_scale(tmp_path, data_mi
         assert (tuning <= set(job["input"])) == tune, job
         if not tune:  # DPR's fixed weight at paper scale: no tuning input at all
             assert not [i for i in job["input"] if "train" in i], job
-
-
-def test_the_weight_of_a_multi_dataset_model_tunes_on_each_datasets_training_questions(
-    tmp_path, data_mirror
-):
-    """A model trained on SQuAD and CuratedTREC holds out questions of both: its hybrid tunes on
-    both datasets' training questions, in the order of the train set, for every column."""
-    work = tmp_path / "work"
-    work.mkdir()
-    trec_train = {"format": "curatedtrec-tsv", "source": "trec_train", "sample": 50,
-                  "restrict_to_corpus": False, "match": "regex"}  # fmt: skip
-    xquad = _test_only_dataset(tmp_path, data_mirror, "xquad")
-    overlay = {
-        "sources": {**xquad["sources"],
-                    "trec_train": {"mirror": "curatedtrec/large2180-train.tsv"}},
-        "qa": {**xquad["qa"], "trec": {"train": trec_train}},
-        "train_sets": {"squad": ["squad"], "multi": ["squad", "trec"]},
-        "tables": {"datasets": ["squad", "xquad"], "single": {"squad": "squad"},
-                   "multi": "multi", "methods": ["dpr"]},
-    }  # fmt: skip
-    jobs = planned_job_files(work, "results/table2.csv", overlay=overlay)
-    hybrids = {j["output"][0]: j["input"] for j in jobs if j["rule"] == "hybrid"}
-    for dataset in ("squad", "xquad"):
-        inputs = hybrids[f"results/runs/dpr+bm25/multi/{dataset}-test.parquet"]
-        tables = [i for i in inputs if i.startswith("results/qa/")]
-        assert tables == ["results/qa/squad/train.parquet", "results/qa/trec/train.parquet"]
-        assert "results/models/dpr/multi.report.json" in inputs
-        assert "results/bm25/hybrid/trec-train.parquet" in inputs
-    # The Single model of SQuAD tunes on SQuAD's training questions alone.
-    single = hybrids["results/runs/dpr+bm25/squad/squad-test.parquet"]
-    assert [i for i in single if i.startswith("results/qa/")] == ["results/qa/squad/train.parquet"]
-
-
-def test_a_tuned_weight_without_held_out_questions_is_a_config_error(tmp_path):
-    """At paper scale every train set selects its checkpoint on DPR's dev files and holds no
-    training question out: a tuned weight has nothing to tune on, and the error says so."""
-    proc = snakemake(tmp_path, "-n", "--config", "scale=paper",
-                     overlay={"hybrid": {"lambda": "tune"}}, check=False)  # fmt: skip
-    assert proc.returncode != 0
-    text = proc.stdout + proc.stderr
-    assert "hybrid.lambda 'tune'" in text and "dev_examples" in text
 
 
 def _make_snakemake_args(target: str, *assignments: str) -> list[str]:

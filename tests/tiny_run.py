@@ -39,7 +39,9 @@ import yaml
 from slurm_run import build_fake_slurm_run, build_paper_plan
 from workflow_util import REPO, copy_run, snakemake, touched_run
 
-RAW = yaml.safe_load((REPO / "config.yaml").read_text())
+from drpipe.config import read_defaults
+
+RAW = read_defaults(REPO)
 
 # The tiny slice of the real data: 3 SQuAD dev and 2 SQuAD train articles and 5 enwiki pages.
 TINY = {

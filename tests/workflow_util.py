@@ -41,7 +41,7 @@ def copy_checkout(dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for name in ("Snakefile", "config.yaml"):
         shutil.copy2(REPO / name, dest / name)
-    for name in ("workflow", "profiles", "envs"):
+    for name in ("workflow", "config", "profiles", "envs"):
         shutil.copytree(REPO / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
     return dest
 
@@ -259,3 +259,21 @@ def touched_run(
     left = planned_jobs(workdir, *targets, overlay=overlay, repo=repo)
     assert not left, f"jobs left to run after touching them all: {sorted(left)[:5]}"
     return workdir
+
+
+def plan_jobs(plan_dir: Path) -> list[dict]:
+    """The jobs of a dry run saved as ``plan_dir/plan.txt`` with its shell commands (the
+    shared paper-scale plan, slurm_run.build_paper_plan): rule, input, output and log files
+    (drpipe.audit's parser), the shell command, its --cfg JSON text and the resources line."""
+    from drpipe.audit.staleness import parse_dry_run
+
+    text = (plan_dir / "plan.txt").read_text()
+    blocks = [b for b in re.split(r"^(?=(?:local)?rule \w+:$)", text, flags=re.M)
+              if re.match(r"(?:local)?rule (?!all:)\w+:$", b, flags=re.M)]  # fmt: skip
+    jobs = parse_dry_run(text, commands=True)
+    assert len(blocks) == len(jobs)
+    for job, block in zip(jobs, blocks, strict=True):
+        cfg = re.search(r"--cfg '([^']*)'", job["shell"] or "")
+        job["cfg_text"] = cfg.group(1) if cfg else ""
+        job["resources"] = (re.findall(r"^    resources: (.*)$", block, flags=re.M) or [""])[0]
+    return jobs

@@ -26,6 +26,7 @@ MODULES = [
     "drpipe.encode",
     "drpipe.index",
     "drpipe.retrieve",
+    "drpipe.hybrid",
     "drpipe.evaluate",
     "drpipe.reader",
     "drpipe.subsets",
@@ -38,6 +39,7 @@ MODULES = [
     "drpipe.claims.agreement",
     "drpipe.audit",
     "drpipe.estimate",
+    "drpipe.config_show",
 ]
 
 

@@ -16,9 +16,9 @@ without loading a model.
 Batch and block sizes change no vector (checked by a test) and are passed outside ``--cfg``
 (except at precision int8, whose activations are quantized per batch).
 
-``precision`` (fp32 | bf16 | int8 | auto, ``drpipe.encoders.resolve_precision``): the path of
+``precision`` (fp32 | bf16 | int8 | auto, ``drpipe.precision.resolve_precision``): the path of
 the forward pass; the path that ran, the setting and why are in every report.
-``int8_weight_bits`` (auto | 7 | 8, ``drpipe.quantize.weight_bits``): the int8 path's weights.
+``int8_weight_bits`` (auto | 7 | 8, ``drpipe.precision.weight_bits``): the int8 path's weights.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,13 +33,15 @@ from typing import Any
 
 import numpy as np
 
-from drpipe.cliutil import add_cfg, add_runtime
+from drpipe.cliutil import add_cfg, add_runtime, set_threads
 from drpipe.corpus.passages import iter_passages, num_passages, shard_bounds
 from drpipe.corpus.sentences import iter_sentence_groups
 from drpipe.environment import environment
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, progress, write_json
 from drpipe.qa.datasets import read_questions
+from drpipe.runtime import runtime_keys
+from drpipe.vectors import NpyAppender, ids_path_for
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +60,7 @@ DEFAULT_QUERY_CFG: dict[str, Any] = {
     "threads": None,
 }
 DTYPES = {"float32": np.float32, "float16": np.float16}
-RUNTIME = ("batch_size", "block_size")  # change no vector
-
-
-def ids_path_for(out: str | Path) -> Path:
-    """``.../shard-3.npy`` -> ``.../shard-3.ids.npy``."""
-    out = Path(out)
-    return out.with_name(out.name.removesuffix(".npy") + ".ids.npy")
+RUNTIME = runtime_keys("properties", "encode")  # change no vector (schema: x-runtime)
 
 
 def merged_cfg(cfg: dict[str, Any], defaults: dict[str, Any] = DEFAULT_CFG) -> dict[str, Any]:
@@ -74,8 +69,7 @@ def merged_cfg(cfg: dict[str, Any], defaults: dict[str, Any] = DEFAULT_CFG) -> d
     if unknown:
         raise SystemExit(f"error: --cfg has unknown keys {sorted(unknown)}")
     # lazy: import torch (see encode_shard)
-    from drpipe.encoders import PRECISION_SETTINGS
-    from drpipe.quantize import WEIGHT_BITS
+    from drpipe.precision import PRECISION_SETTINGS, WEIGHT_BITS
 
     out = {**defaults, **cfg}
     if str(out["precision"]).lower() not in PRECISION_SETTINGS:
@@ -92,45 +86,6 @@ def merged_cfg(cfg: dict[str, Any], defaults: dict[str, Any] = DEFAULT_CFG) -> d
         if key in out and int(out[key]) < 1:
             raise SystemExit(f"error: --cfg.{key} must be positive")
     return out
-
-
-class NpyAppender:
-    """A 2-D ``.npy`` written by appending rows, when the row count is known only at the end.
-
-    The header is reserved at a fixed size and rewritten with the final shape on ``close``
-    (numpy pads headers with spaces, so a shorter shape still fits).
-    """
-
-    HEADER = 128  # bytes, a multiple of 64 as the format recommends
-
-    def __init__(self, path: str | Path, dtype: np.dtype, dim: int | None):
-        self.path, self.dtype, self.dim, self.rows = Path(path), np.dtype(dtype), dim, 0
-        self.fh = open(self.path, "wb")  # noqa: SIM115 (closed in close())
-        self.fh.write(self._header())
-
-    def _header(self) -> bytes:
-        """Format 1.0 header of exactly ``HEADER`` bytes for the current shape."""
-        text = repr({"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
-                     "shape": (self.rows,) if self.dim is None else (self.rows, self.dim)})  # fmt: skip
-        body = self.HEADER - 10  # magic (6) + version (2) + length (2)
-        if len(text) + 1 > body:
-            raise ValueError(f"npy header longer than {self.HEADER} bytes: {text}")
-        return (
-            b"\x93NUMPY\x01\x00" + struct.pack("<H", body) + (text.ljust(body - 1) + "\n").encode()
-        )
-
-    def append(self, rows: np.ndarray) -> None:
-        rows = np.ascontiguousarray(rows, dtype=self.dtype)
-        want = 1 if self.dim is None else 2
-        if rows.ndim != want or (self.dim is not None and rows.shape[1] != self.dim):
-            raise ValueError(f"rows of shape {rows.shape} do not fit dimension {self.dim}")
-        self.fh.write(rows.tobytes())
-        self.rows += len(rows)
-
-    def close(self) -> None:
-        self.fh.seek(0)
-        self.fh.write(self._header())
-        self.fh.close()
 
 
 def _blocks(
@@ -153,13 +108,6 @@ def _blocks(
             pids, titles, texts = [ids[size:]], titles[size:], texts[size:]
     if titles:
         yield np.concatenate(pids), titles, texts
-
-
-def set_threads(threads: int | None) -> None:
-    if threads:
-        import torch  # lazy: ~1 s at CLI start-up, which imports this module
-
-        torch.set_num_threads(int(threads))
 
 
 def attach_sentences(
@@ -198,9 +146,10 @@ def encode_shard(
     tests and benchmarks); by default it is loaded from ``model_dir``. Returns a report dict.
     """
     # lazy: these import torch (~1 s at CLI start-up, which imports this module)
-    from drpipe.encoders import BiEncoder, resolve_precision, select_device
+    from drpipe.encoders import BiEncoder, select_device
     from drpipe.methods import get_method
     from drpipe.methods.base import CorpusBlock, EncodeSettings
+    from drpipe.precision import resolve_precision
 
     cfg = merged_cfg(cfg)
     set_threads(cfg["threads"])
@@ -295,7 +244,8 @@ def encode_queries(
     """Question vectors of a question table -> ``out`` (float32) and ``out``'s ``.ids.npy``
     (qids, in table order)."""
     # lazy: imports torch (~1 s at CLI start-up, which imports this module)
-    from drpipe.encoders import BiEncoder, encode_texts, resolve_precision, select_device
+    from drpipe.encoders import BiEncoder, encode_texts, select_device
+    from drpipe.precision import resolve_precision
 
     cfg = merged_cfg(cfg, DEFAULT_QUERY_CFG)
     set_threads(cfg["threads"])
@@ -322,20 +272,6 @@ def encode_queries(
     return {"questions": str(questions), "n_questions": len(qids), "dim": int(vecs.shape[1]),
             "max_query_len": model.max_query_len, **precision.report(), "device": str(device),
             "seconds": round(seconds, 3)}  # fmt: skip
-
-
-def read_query_vectors(path: str | Path) -> tuple[list[str], np.ndarray]:
-    """(qids, vectors float32 [n, d]) written by ``encode_queries``."""
-    path = Path(path)
-    ids = ids_path_for(path)
-    try:
-        vecs = np.load(path, allow_pickle=False)
-        qids = np.load(ids, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        raise InputError(path, None, f"cannot read query vectors ({exc})") from None
-    if vecs.ndim != 2 or qids.shape != (len(vecs),):
-        raise InputError(path, None, f"{len(qids)} qids in {ids} for vectors {vecs.shape}")
-    return [str(q) for q in qids], vecs.astype(np.float32, copy=False)
 
 
 def _cmd_encode(args: argparse.Namespace) -> int:

@@ -14,3 +14,7 @@ class InputError(ValueError):
         self.problem = problem
         where = f"{self.path}" if record is None else f"{self.path}, {record}"
         super().__init__(f"{where}: {problem}")
+
+
+class ConfigError(ValueError):
+    """A config the workflow cannot run: names the key and what to set instead."""

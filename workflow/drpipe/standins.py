@@ -1,5 +1,5 @@
 """Stand-in inputs (``drpipe standin``): a file of one of the paper's input formats, made from
-real data in the mirror, for the rehearsal scale (``scales.rehearsal`` in config.yaml).
+real data in the mirror, for the rehearsal scale (config/scales/rehearsal.yaml).
 
 The rehearsal runs the paper scale's DAG unchanged on inputs that fit a 2-core machine. Each
 stand-in has the format of the input it replaces, so the paper's readers, rules and checks meet

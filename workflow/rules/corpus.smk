@@ -90,12 +90,8 @@ rule sentences:
     conda:
         "../../envs/cpu.yaml"
     params:
-        cfg=cfg_json(
-            {k: v for k, v in C["corpus"]["sentences"].items() if k != "batch_size"}
-        ),
-        opts=runtime(
-            lambda w: options({"batch_size": C["corpus"]["sentences"]["batch_size"]})
-        ),
+        cfg=cfg_json(result_slice("corpus", "sentences")),
+        opts=runtime(lambda w: runtime_opts("corpus", "sentences")),
         code=code("drpipe.corpus.cli"),
     shell:
         "drpipe corpus sentences --passages {input:q} --out {output.sentences:q}"

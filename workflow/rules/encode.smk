@@ -27,11 +27,7 @@ rule encode:
             f"--sentences {input.sentences}" if "sentences" in input.keys() else ""
         ),
         cfg=cfg_json({"dtype": C["encode"]["dtype"], **precision_cfg(C["encode"])}),
-        opts=runtime(
-            lambda w: options(
-                {k: C["encode"][k] for k in ("batch_size", "block_size")}
-            )
-        ),
+        opts=runtime(lambda w: runtime_opts("encode")),
         code=lambda w: method_code(w.run, "drpipe.encode"),
     shell:
         "drpipe encode --model {input.model:q} --passages {input.passages:q}"
@@ -61,7 +57,7 @@ rule encode_queries:
         gpu=lambda w: gpus(1),
     params:
         cfg=cfg_json(precision_cfg(C["encode"])),
-        opts=runtime(lambda w: options({"batch_size": C["retrieve"]["batch_size"]})),
+        opts=runtime(lambda w: runtime_opts("retrieve")),
         code=lambda w: method_code(w.run, "drpipe.encode"),
     shell:
         "drpipe encode-queries --model {input.model:q} --questions {input.questions:q}"

@@ -23,7 +23,7 @@ rule table2:
     params:
         cfg=cfg_json(
             {
-                "scale": SCALE,
+                **SCALE_CFG,
                 "tolerance": TOLERANCE,
                 "row_map": table2_row_map(),
                 "train_sets": C["train_sets"],
@@ -60,7 +60,7 @@ rule table4:
     params:
         cfg=cfg_json(
             {
-                "scale": SCALE,
+                **SCALE_CFG,
                 "tolerance": TOLERANCE,
                 "row_map": table4_row_map(),
                 "train_sets": C["train_sets"],

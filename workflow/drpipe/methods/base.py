@@ -6,8 +6,9 @@ registry is built from the module names (``drpipe.methods.method_names``). The c
 - ``label``: the row label the papers print ("DPR", "DCSR", "xMoCo");
 - ``corpus_units``: which vectors the corpus gets, ``"passages"`` or ``"sentences"``;
 - ``hybrid``: whether its tables have a BM25 + method hybrid row;
-- ``defaults`` and ``schema``: its own config keys with their defaults and JSON-schema types
-  (class attributes; a subclass adds to its parent's, see ``config_defaults``);
+- ``defaults``: the settings its runs use (shared training keys and its own), which the config
+  block ``methods.<name>`` overrides; ``schema``: JSON-schema types of its own keys (class
+  attributes; a subclass inherits its parent's and adds its own, see ``cfg_defaults``);
 - ``special_tokens``: tokens added to the tokenizer (embeddings resized, saved with the model);
 - ``train_corpus``: corpus tables its training reads besides the examples (DCSR:
   ``("passages", "sentences", "sentences_report")``), handed to ``prepare`` before the
@@ -133,8 +134,24 @@ class Method(ABC):
     special_tokens: ClassVar[tuple[str, ...]] = ()
     train_corpus: ClassVar[tuple[str, ...]] = ()  # "passages", "sentences", "sentences_report"
     extra_measures: ClassVar[tuple[str, ...]] = ()  # loss stats <name>_correct, <name>_rank_sum
-    defaults: ClassVar[dict[str, Any]] = {}  # this class's own cfg keys and their defaults
-    schema: ClassVar[dict[str, Any]] = {}  # JSON-schema properties of those keys
+    # The settings its runs use unless config.yaml's ``methods.<name>`` block says otherwise:
+    # shared training keys (the schema's $defs.train_hparams) and its own keys. Every one is
+    # written into each run's cfg (hashed, recorded in the model directory). A subclass gets
+    # its parent's, then its own (``cfg_defaults``). These: the recipe all three methods
+    # here train with (the loop's own defaults, drpipe.training.settings, apply to the rest).
+    defaults: ClassVar[dict[str, Any]] = {
+        "weight_decay": 0.0,
+        "adam_eps": 1e-8,
+        "grad_clip": 2.0,
+        "dropout": 0.1,
+        "val_fraction": 0.1,
+        "grad_checkpointing": False,
+        "max_examples": None,
+    }
+    # JSON-schema properties of its own keys. An own key absent from ``defaults`` takes the
+    # schema's "default" and stays out of the cfg (fixed switches: adding one later leaves
+    # every existing run's cfg as it was).
+    schema: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, cfg: dict[str, Any] | None = None):
         own = self.config_defaults()
@@ -142,23 +159,39 @@ class Method(ABC):
         self.cfg = {**own, **{k: v for k, v in (cfg or {}).items() if k in own}}
 
     @classmethod
-    def config_defaults(cls) -> dict[str, Any]:
-        """Own keys of this class and of its method ancestors (a subclass may override)."""
+    def _merged(cls, attr: str) -> dict[str, Any]:
+        """``attr`` of the method ancestors, then of this class (a subclass may override)."""
         out: dict[str, Any] = {}
         for klass in reversed(cls.__mro__):
-            out.update(vars(klass).get("defaults", {}))
+            out.update(vars(klass).get(attr, {}))
         return out
 
     @classmethod
+    def cfg_defaults(cls) -> dict[str, Any]:
+        """The settings its runs' cfg gets (``defaults``, inherited), before its config block."""
+        return cls._merged("defaults")
+
+    @classmethod
     def config_schema(cls) -> dict[str, Any]:
-        """JSON-schema properties of ``config_defaults`` (same inheritance)."""
-        out: dict[str, Any] = {}
-        for klass in reversed(cls.__mro__):
-            out.update(vars(klass).get("schema", {}))
-        missing = sorted(set(cls.config_defaults()) - set(out))
+        """JSON-schema properties of its own keys (same inheritance); each has a default."""
+        out = cls._merged("schema")
+        defaults = cls.cfg_defaults()
+        missing = sorted(k for k, s in out.items() if k not in defaults and "default" not in s)
         if missing:
-            raise TypeError(f"method {cls.name!r}: no schema for key(s) {', '.join(missing)}")
+            raise TypeError(f"method {cls.name!r}: no default for key(s) {', '.join(missing)}")
         return out
+
+    @classmethod
+    def config_defaults(cls) -> dict[str, Any]:
+        """Its own keys with their defaults (``defaults``, else the schema's "default"): what
+        ``drpipe train`` adds to a cfg lacking them. A shared key missing there takes the
+        loop's default, so that a cfg given by hand trains as it always did; the workflow's
+        (``drpipe.config.method_config``) holds every key of ``cfg_defaults``."""
+        defaults = cls.cfg_defaults()
+        return {
+            k: defaults[k] if k in defaults else s["default"]
+            for k, s in cls.config_schema().items()
+        }
 
     # ---- training
 

@@ -135,16 +135,31 @@ class DCSR(Method):
     special_tokens = (SENT_TOKEN,)
     train_corpus = ("passages", "sentences", "sentences_report")
     extra_measures = ("passage",)
+    # DCSR 4.2: DPR's settings, lr 2e-5 (40 epochs, batch 8 x 16: the loop's defaults; each
+    # scale sets its own in config.yaml); 10% warm-up (the paper scale: the released config's
+    # 1,237 steps). One BM25 passage per question, like DPR's one hard negative.
     defaults = {
-        "bm25_negatives": 1,
-        "in_passage_negatives": 1,
-        "hard_negative_fallback": True,
-        "in_passage_skip_adjacent": False,
+        "lr": 2.0e-5,
+        "warmup_ratio": 0.1,
+        "bm25_negatives": 1,  # BM25 hard-negative passages per question, one random sentence each
+        "in_passage_negatives": 1,  # non-answer sentences of the positive passage (3.2.2)
+        "hard_negative_fallback": True,  # no BM25 negatives: use negative_ctxs (DPR's, DCSR's code)
+        "in_passage_skip_adjacent": False,  # true: also skip answer sentences' neighbours (code)
+        # A negative mined by a trained DCSR names its retrieved sentence (Table 5, DCSR-hard):
+        # use it; false: a random sentence of it.
         "mined_sentences": True,
-        "sentences_per_passage": None,
-        "passage_score": "hasans",
+        "sentences_per_passage": None,  # DCSR's k (search depth 100 x k); None: measured
+        "passage_score": "hasans",  # hasans: Score Normalization (3.3) | max: best sentence
+        # marker: a sentence's vector is the state at its <sent> | span: the mean of its
+        # tokens' states in the same forward pass (local scales: config.yaml says why).
         "sentence_pooling": "marker",
+        # A training passage the corpus lacks (its id unknown there, or another text under it,
+        # as DPR's released files with psgs_w100 ids against a corpus built from the dump):
+        # split = cut its own text with the corpus's sentence splitter (the released
+        # process_ctx.py cuts the training files with the rule that cuts the index) | drop =
+        # drop its example.
         "unmatched_passages": "split",
+        "max_dropped_fraction": 0.05,  # stop when more than this share of a file is unusable
     }
     schema = {
         "bm25_negatives": {"type": "integer", "minimum": 0},

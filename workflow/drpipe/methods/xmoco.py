@@ -187,16 +187,18 @@ class XMoCo(Method):
     label = "xMoCo"
     corpus_units = "passages"
     hybrid = True  # Table 2 has DPR+BM25 and xMoCo+BM25 rows
+    # Paper 5.4: Adam lr 3e-5 with 5% warm-up, queue 16,384, alpha 0.001 (batch 128 for 40
+    # epochs: the loop's defaults; each scale sets its own in config.yaml).
     defaults = {
-        "queue_size": 16384,
-        "alpha": 0.001,
-        "lambda_qp": 0.5,
-        "hard_negatives": 1,
+        "lr": 3.0e-5,
+        "warmup_ratio": 0.05,
+        "queue_size": 16384,  # slow vectors per queue (questions; passages)
+        "alpha": 0.001,  # slow <- alpha * fast + (1 - alpha) * slow, after every step
+        "lambda_qp": 0.5,  # L = lambda * L_qp + (1 - lambda) * L_pq
+        "hard_negatives": 1,  # BM25 hard negatives per question for L_hard (4.5); 0 = none
         "negative_type": "bm25",
-        "hard_weight": 1.0,
-        "mask_false_negatives": True,
-        "shuffle_positives": False,
-        "hard_negative_fallback": True,
+        "hard_weight": 1.0,  # weight of L_hard in the multitask sum
+        "mask_false_negatives": True,  # 4.6: queue entries of the positive's passage masked
     }
     schema = {
         "queue_size": {"type": "integer", "minimum": 2},
@@ -206,8 +208,8 @@ class XMoCo(Method):
         "negative_type": {"enum": list(NEGATIVE_TYPES)},
         "hard_weight": {"type": "number", "minimum": 0},
         "mask_false_negatives": {"type": "boolean"},
-        "shuffle_positives": {"type": "boolean"},
-        "hard_negative_fallback": {"type": "boolean"},
+        "shuffle_positives": {"type": "boolean", "default": False},
+        "hard_negative_fallback": {"type": "boolean", "default": True},
     }
 
     def __init__(self, cfg: dict[str, Any] | None = None):

@@ -31,6 +31,7 @@ from drpipe.tables.compare import (
     diff,
     ordering,
     r2,
+    scale_of,
 )
 from drpipe.tables.notes import NOTE_ORDER, note_keys, row_kinds
 from drpipe.tables.output import md_table, write_csv, write_text
@@ -393,7 +394,7 @@ def table_command(
     the files of ``--reports``), the paper comparison the scale allows, the CSV, and the
     Markdown with the notes of ``setup``."""
     cfg = dict(args.cfg)
-    scale = need(cfg, "scale")
+    scale = scale_of(cfg)
     row_map = need(cfg, "row_map")
     extra = {k: cfg[k] for k in ("train_sets", "split_equiv", "setup") if k in cfg}
     if "precision" in cfg:

@@ -2,9 +2,10 @@
 config slices and resources out. The Snakefile builds one plan (``build_plan``) and its rules
 read their inputs, outputs and params from it; tests read the same plan in milliseconds.
 
-A plan is composed of parts: the shared ones here (``base``, ``inputs``, ``steps``,
-``provenance``) and each registered paper's (``papers/<key>/plan.py``, whose ``PLAN`` names
-its classes). Parts meet through hooks, methods a part defines under an agreed name and
+A plan is composed of parts: each registered paper's (``papers/<key>/plan.py``, whose ``PLAN``
+names its classes: plain mixins, so that the papers' folder imports neither this package nor
+the config loader, both of which import the paper registry) and the shared ones here
+(``base``, ``inputs``, ``steps``, ``provenance``). Parts meet through hooks, methods a part defines under an agreed name and
 ``PlanBase.hooks`` collects: ``table2_hook`` (rows a paper adds to the shared Table 2),
 ``run_report_hook`` (the reports behind a paper's own runs) and ``targets`` (a paper's tables
 and figures).

@@ -9,10 +9,14 @@ from pathlib import Path
 
 from drpipe.codehash import code_hash
 from drpipe.config import (
+    method_config,
+    method_variant,
+    runtime_options,
     split_run_name,
 )
+from drpipe.config_rules import multi_train_set
 from drpipe.methods import method_module, method_names
-from drpipe.papers import paper_of_run
+from drpipe.tables.scale import scale_cfg
 
 
 def cfg_json(obj: object) -> str:
@@ -36,6 +40,28 @@ class PlanBase:
         self._CODE_HASHES: dict[tuple[str, ...], str] = {}
         self.check()
 
+    def runtime_opts(self, *section: str) -> str:
+        """Command-line options of a config section's settings that change no result (the
+        schema's ``x-runtime`` keys): passed outside the hashed ``--cfg``."""
+        return self.options(runtime_options(self.C, *section))
+
+    def result_slice(self, *section: str) -> dict:
+        """A config section without its settings that change no result (a rule's ``--cfg``)."""
+        node = self.C
+        for key in section:
+            node = node[key]
+        runtime = runtime_options(self.C, *section)
+        return {k: v for k, v in node.items() if k not in runtime}
+
+    def run_config(self, run: str, train_set: str | None = None) -> dict:
+        """A run's training cfg (drpipe.config.method_config): the method's defaults, its config
+        block, the variant's overrides and the train set's epochs."""
+        return method_config(self.C, run, train_set)
+
+    def run_variant(self, run: str) -> dict:
+        """The ``methods.<m>.variants.<v>`` entry of a run ``<m>.<v>``."""
+        return method_variant(self.C, run)
+
     def check(self) -> None:
         """Raise the config errors that the plan finds (every part adds its own checks)."""
 
@@ -55,6 +81,12 @@ class PlanBase:
         return self.C["scale"]
 
     # Beside each paper value at the paper scale: ours - paper is "ok" within this many points.
+    @cached_property
+    def SCALE_CFG(self):
+        """What a table's --cfg says of the scale (its name, whether ours - paper is printed,
+        its note): drpipe.tables.scale.scale_cfg."""
+        return scale_cfg(self.C)
+
     @cached_property
     def TOLERANCE(self):
         return self.C["tables"].get("paper_tolerance", 1.0)
@@ -76,7 +108,7 @@ class PlanBase:
     def precision_cfg(self, section):
         """A forward pass's precision keys from a config section (encode, reader): int8's weight
         width only where it is asked for, so that it reruns no fp32, bf16 or auto pass (`auto`
-        never picks int8 for these: drpipe.encoders.AUTO_PATHS)."""
+        never picks int8 for these: drpipe.precision.AUTO_PATHS)."""
         out = {"precision": section["precision"]}
         if str(section["precision"]).lower() == "int8":
             out["int8_weight_bits"] = section["int8_weight_bits"]
@@ -138,6 +170,4 @@ class PlanBase:
         """The train set of a method's Multi rows: the Multi set of the paper that lists the method
         (`tables.<paper>.multi`: DCSR trains on NQ + TriviaQA + SQuAD), else `tables.multi` (DPR's
         NQ + TriviaQA + WQ + TREC); None: no Multi rows."""
-        key = paper_of_run(method)
-        own = (self.C["tables"].get(key) or {}).get("multi") if key else None
-        return own or self.C["tables"]["multi"]
+        return multi_train_set(self.C, method)

@@ -11,16 +11,11 @@ from drpipe.config import (
     method_config,
     split_run_name,
 )
+from drpipe.config_rules import qa_format_of
 from drpipe.plan.base import PlanBase
 
 
 class InputsPlan(PlanBase):
-    def check(self):
-        super().check()
-        for name in self.STANDIN_SOURCES:
-            if name not in self.C["sources"]:
-                raise ConfigError(f"config: standins.sources.{name} is not a configured source")
-
     def source_file(self, name):
         """Where input `name` is put by the fetch rule (file name from the mirror or the URL)."""
         if name not in self.C["sources"]:
@@ -62,18 +57,12 @@ class InputsPlan(PlanBase):
         if entry["format"] != "auto":
             return entry["format"]
         name = self.source_file(entry["source"])
-        for suffix, fmt in (
-            (".qa.csv", "dpr-qa-csv"),
-            (".csv", "dpr-qa-csv"),
-            (".jsonl", "dpr-jsonl"),
-            (".qa.csv.gz", "dpr-qa-csv"),
-            (".tsv", "curatedtrec-tsv"),
-        ):
-            if name.endswith(suffix):
-                return fmt
-        raise ConfigError(
-            f"config: cannot tell the format of {name}; set qa.{dataset}.{split}.format"
-        )
+        fmt = qa_format_of(name)
+        if fmt is None:
+            raise ConfigError(
+                f"config: cannot tell the format of {name}; set qa.{dataset}.{split}.format"
+            )
+        return fmt
 
     def used_sources(self):
         names = [d["source"] for d in self.DOCS] if not self.C["corpus"]["passages_tsv"] else []

@@ -13,11 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-PAPER_SCALE = "paper"
-# The paper scale's structure on stand-in inputs (config scales.rehearsal): its tables take
-# the paper scale's form (diff, tolerance) to prove they are built; its numbers mean nothing.
-REHEARSAL_SCALE = "rehearsal"
-DIFF_SCALES = (PAPER_SCALE, REHEARSAL_SCALE)
+# The scale's keys (light: the planner imports them without pandas), used here and by tables.
+from drpipe.tables.scale import SCALE_NOTES, Scale, as_scale, scale_cfg, scale_of  # noqa: F401
+
 DEFAULT_TOLERANCE = 1.0  # points of top-k accuracy (config: tables.paper_tolerance)
 
 
@@ -36,16 +34,16 @@ def comparable(
 ) -> pd.DataFrame:
     """What a table prints beside the paper's numbers at this scale.
 
-    At the ``paper`` scale each ``<c>_diff`` (ours - paper) stays, followed by
-    ``<c>_within_tol`` (|diff| <= ``tolerance`` points) and one ``diff_tolerance`` column.
-    Below it a corpus of thousands of passages and a small encoder make the difference no
+    Where the scale prints differences (``Scale.paper_diff``: the paper scale) each ``<c>_diff``
+    (ours - paper) stays, followed by ``<c>_within_tol`` (|diff| <= ``tolerance`` points) and one
+    ``diff_tolerance`` column. Elsewhere a corpus of thousands of passages and a small encoder make the difference no
     reproduction gap, so ``<c>_diff`` becomes ``<c>_rank`` and ``<c>_paper_rank``: the rank
     (1 = best, ties share the best rank) of ours and of the paper's value among the rows that
     have both, within ``groups`` (e.g. the protocol: oracle rows are ranked apart).
     """
     out = frame.copy()
     diffs = [c for c in out.columns if str(c).endswith("_diff")]
-    if scale in DIFF_SCALES:
+    if as_scale(scale).paper_diff:
         tol = DEFAULT_TOLERANCE if tolerance is None else float(tolerance)
         for col in diffs:
             within = out[col].abs().le(tol + 1e-9).astype("boolean").mask(out[col].isna())
@@ -128,13 +126,14 @@ def ordering(frame: pd.DataFrame, base: str, label: str = "method") -> str:
 
 def comparison_note(scale: str, tolerance_frame: pd.DataFrame | None = None) -> str:
     """The header sentence that says what the column after each paper value means."""
-    if scale in DIFF_SCALES:
+    scale = as_scale(scale)
+    if scale.paper_diff:
         tol = tolerance_of(tolerance_frame)
         tol = DEFAULT_TOLERANCE if tol is None else tol
         rehearsal = (
-            " Scale `rehearsal`: stand-in inputs and a tiny random encoder, so these "
+            f" Scale `{scale}`: stand-in inputs and a tiny random encoder, so these "
             "differences mean nothing; they prove the paper-scale table is built."
-            if scale == REHEARSAL_SCALE
+            if scale.note == "standin"
             else ""
         )
         return (

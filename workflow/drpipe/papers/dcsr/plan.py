@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from drpipe.config import ConfigError
-from drpipe.plan.base import PlanBase
+from drpipe.errors import ConfigError
 
 
-class DcsrPlan(PlanBase):
+class DcsrPlan:
     def targets(self):
         # Table 6 needs TriviaQA and NQ training data: built where configured (the paper scale).
         tables = [t for t in self.CELLS if t != "6" or self.dcsr_tcfg("table6")]
@@ -280,7 +279,7 @@ class DcsrPlan(PlanBase):
     def dcsr_table_cfg(self, table):
         cells = [{k: v for k, v in c.items() if k != "file"} for c in self.dcsr_cells(table)]
         note = self.dcsr_table2_note() if table == "2" else self.NOTES.get(table, "")
-        cfg = {"scale": self.SCALE, "table": table, "cells": cells, "note": note}
+        cfg = {**self.SCALE_CFG, "table": table, "cells": cells, "note": note}
         cfg["tolerance"] = self.TOLERANCE
         if table == "8":
             cfg["paper_only"] = self.TABLE8_PAPER_ONLY

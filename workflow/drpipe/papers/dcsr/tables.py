@@ -37,6 +37,7 @@ from drpipe.tables.compare import (
     diff,
     ordering,
     r2,
+    scale_of,
 )
 from drpipe.tables.metrics import KS, read_metrics
 from drpipe.tables.output import md_table, new_figure, save_figure, write_csv, write_text
@@ -343,7 +344,7 @@ def vectors_per_passage(
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     cfg = args.cfg
-    scale, table, cells = need(cfg, "scale"), str(need(cfg, "table")), need(cfg, "cells")
+    scale, table, cells = scale_of(cfg), str(need(cfg, "table")), need(cfg, "cells")
     frame = comparison(read_metrics(args.metrics), cells, scale, table)
     if cfg.get("paper_only"):
         extra = paper_only_rows(cfg["paper_only"], scale, table)

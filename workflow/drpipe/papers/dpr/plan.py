@@ -5,27 +5,14 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from drpipe.config import (
-    ConfigError,
-    method_config,
-    method_variant,
-)
+from drpipe.errors import ConfigError
 from drpipe.methods import method_class
 from drpipe.papers import paper, paper_of_run
 from drpipe.papers.dpr.reader_plan import ReaderPlan
-from drpipe.plan.base import PlanBase
 from drpipe.training.settings import DEFAULTS as TRAIN_DEFAULTS
 
 
-class DprPlan(PlanBase):
-    def check(self):
-        super().check()
-        # A tuned hybrid weight needs held-out training questions: say so before any job runs.
-        if self.C["hybrid"]["lambda"] == "tune":
-            for run, train_set, *_ in self.table2_runs():
-                if run.endswith("+bm25"):
-                    self.hybrid_tuning_datasets(run.removesuffix("+bm25"), train_set)
-
+class DprPlan:
     def targets(self):
         return ["results/dpr/table3.csv", "results/dpr/figure1.png"]
 
@@ -33,14 +20,14 @@ class DprPlan(PlanBase):
         """What DPR's Table 3 reads: each variant's overrides and the paper row it reproduces."""
         variants = {}
         for v in self.C["tables"]["table3"]["variants"]:
-            entry = method_variant(self.C, f"dpr.{v}")
+            entry = self.run_variant(f"dpr.{v}")
             variants[f"dpr.{v}"] = {**entry["overrides"], "paper_method": entry.get("paper_row")}
-        return {"scale": self.SCALE, "tolerance": self.TOLERANCE, "variants": variants}
+        return {**self.SCALE_CFG, "tolerance": self.TOLERANCE, "variants": variants}
 
     def figure1_labels(self):
         """Figure 1's curves: BM25, each training-set size, all of it."""
         sizes = [
-            method_variant(self.C, f"dpr.{v}")["overrides"].get("max_examples")
+            self.run_variant(f"dpr.{v}")["overrides"].get("max_examples")
             for v in self.C["tables"]["figure1"]["variants"]
         ]
         return ["BM25", *(f"# Train: {n}" for n in sizes), "# Train: all"]
@@ -48,7 +35,7 @@ class DprPlan(PlanBase):
     def figure1_cfg(self):
         f1 = self.C["tables"]["figure1"]
         return {
-            "scale": self.SCALE,
+            **self.SCALE_CFG,
             "dataset": f1["dataset"],
             "split": f1["split"],
             "max_k": max(self.C["evaluate"]["ks"]),
@@ -241,7 +228,7 @@ class DprPlan(PlanBase):
         """A method's training setting as `drpipe train` reads it: its config block (over the
         encoder's), else the default every method shares (a new block may name only a few keys).
         """
-        return method_config(self.C, method).get(key, TRAIN_DEFAULTS.get(key))
+        return self.run_config(method).get(key, TRAIN_DEFAULTS.get(key))
 
     def table2_setup(self):
         """What Table 2's notes say about this run's setup (see drpipe.tables.notes.setup_notes)."""

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from drpipe.config import ConfigError
+from drpipe.errors import ConfigError
 from drpipe.papers import paper
-from drpipe.plan.base import PlanBase
 
 
-class ReaderPlan(PlanBase):
+class ReaderPlan:
     READER_KEYS = (
         "init", "passages", "depth", "batch_size", "epochs", "lr", "warmup_ratio", "weight_decay",
         "grad_clip", "dropout", "max_len", "max_question_len", "max_answer_len", "val_fraction",

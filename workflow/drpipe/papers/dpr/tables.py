@@ -23,6 +23,7 @@ from drpipe.tables.compare import (
     comparison_note,
     diff,
     r2,
+    scale_of,
 )
 from drpipe.tables.metrics import read_first_hit_ranks, read_metrics, topk_curve
 from drpipe.tables.output import md_table, new_figure, save_figure, write_csv, write_text
@@ -199,7 +200,7 @@ def table3_markdown(frame: pd.DataFrame, scale: str) -> str:
 
 
 def _cmd_table3(args: argparse.Namespace) -> int:
-    scale = need(args.cfg, "scale")
+    scale = scale_of(args.cfg)
     variants = need(args.cfg, "variants")
     frame = table3(read_metrics(args.metrics), scale, variants)
     frame = comparable(

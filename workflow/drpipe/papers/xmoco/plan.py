@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from drpipe.config import (
-    method_config,
-    method_variant,
-)
 from drpipe.methods import method_class
-from drpipe.plan.base import PlanBase
 
 
-class XmocoPlan(PlanBase):
+class XmocoPlan:
     def targets(self):
         return [f"results/xmoco/{name}" for name in ("table2.csv", "table3.csv", "figure2.png")]
 
@@ -60,11 +55,11 @@ class XmocoPlan(PlanBase):
         out = {}
         for run in self.xmoco_runs("table3"):
             row = (
-                method_variant(self.C, run).get("paper_row")
+                self.run_variant(run).get("paper_row")
                 if "." in run
                 else method_class("xmoco").label
             )
-            out[run] = {"tied": bool(method_config(self.C, run, ts)["tied"]), "paper_row": row}
+            out[run] = {"tied": bool(self.run_config(run, ts)["tied"]), "paper_row": row}
         return out
 
     def xmoco_figure2_variants(self):
@@ -73,7 +68,7 @@ class XmocoPlan(PlanBase):
         ts = self.C["tables"]["xmoco"]["figure2"]["train_set"]
         out = {}
         for run in self.xmoco_runs("figure2"):
-            cfg = method_config(self.C, run, ts)
+            cfg = self.run_config(run, ts)
             out[run] = {k: cfg[k] for k in ("queue_size", "batch_size", "hard_negatives")}
         return out
 

@@ -16,7 +16,7 @@ rule xmoco_table2:
     params:
         cfg=cfg_json(
             {
-                "scale": SCALE,
+                **SCALE_CFG,
                 "tolerance": TOLERANCE,
                 "row_map": xmoco_table2_row_map(),
                 "train_sets": C["train_sets"],
@@ -43,7 +43,7 @@ rule xmoco_table3:
     params:
         cfg=cfg_json(
             {
-                "scale": SCALE,
+                **SCALE_CFG,
                 "tolerance": TOLERANCE,
                 "variants": xmoco_table3_variants(),
             }

@@ -33,6 +33,7 @@ from drpipe.tables.compare import (
     diff,
     ordering,
     r2,
+    scale_of,
 )
 from drpipe.tables.metrics import KS, read_metrics
 from drpipe.tables.output import md_table, new_figure, save_figure, write_csv, write_text
@@ -348,7 +349,7 @@ def plot_figure2(points: pd.DataFrame, out_png: str | Path, title: str) -> None:
 
 def _cmd_table2(args: argparse.Namespace) -> int:
     cfg = dict(args.cfg)
-    scale = need(cfg, "scale")
+    scale = scale_of(cfg)
     frame = table2(
         read_metrics(args.metrics),
         scale,
@@ -365,7 +366,7 @@ def _cmd_table2(args: argparse.Namespace) -> int:
 
 
 def _cmd_table3(args: argparse.Namespace) -> int:
-    scale = need(args.cfg, "scale")
+    scale = scale_of(args.cfg)
     frame = table3(read_metrics(args.metrics), scale, need(args.cfg, "variants"))
     tolerance = args.cfg.get("tolerance")
     frame = comparable(frame, scale, groups=["dataset", "split"], tolerance=tolerance)
