@@ -23,7 +23,7 @@ TARGET = "results/qa/squad/test.parquet"
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict]]:
     work = tmp_path_factory.mktemp("device_plan")
-    proc = snakemake(work, "-n", TARGET)
+    proc = snakemake(work, "-n", "-p", TARGET)
     jobs = plan_jobs.parse_plan(proc.stdout + proc.stderr)
     return work, plan_jobs.write_plan(jobs, work / "plan")
 

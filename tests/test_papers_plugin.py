@@ -164,6 +164,8 @@ def add_toy_paper(package: Path, rules: str | None = None) -> Path:
 def test_a_new_paper_folder_is_found_with_no_edit_elsewhere(tmp_path):
     package = tmp_path / "drpipe"
     shutil.copytree(PKG, package, ignore=shutil.ignore_patterns("__pycache__"))
+    # beside the package as in the checkout: drpipe.runtime reads the schema's x-runtime marks
+    shutil.copytree(PKG.parent / "schemas", tmp_path / "schemas")
     add_toy_paper(package)
     script = textwrap.dedent(
         f"""

@@ -2,8 +2,8 @@
 
 The GPU machine lent to this project (docs/measured-cuda.md, section 12) has PyTorch and
 transformers but no Snakemake, no pyserini and no network. To run a `squad` target's GPU jobs
-there unchanged, the plan is made here, where Snakemake is: ``snakemake -n`` (the default
-profile prints each job's shell command) after the CPU-only jobs (fetch to mining) have run.
+there unchanged, the plan is made here, where Snakemake is: ``snakemake -n -p`` (``-p``
+prints each job's shell command) after the CPU-only jobs (fetch to mining) have run.
 This script turns that output into one script per job, grouped into stages by their
 dependencies (stage N needs only jobs of stages below N), which `run_jobs.sh` runs in order,
 several jobs of a stage at once. Each script makes its output and log folders (Snakemake's
