@@ -134,11 +134,9 @@ def pytest_collection_modifyitems(config, items):
 
     def order(item) -> float:
         if item.get_closest_marker("both_cores"):
-            # Two busy processes or threads: beside the builder's two jobs each got half a core.
-            # After its last run they go beside its benchmark smokes, which hold one core of
-            # their own (bench_smoke.ONE_CORE), rather than after them, while the other core
-            # would otherwise idle in the smoke tests' waits.
-            return 1.5 + min(runs.ORDER.index(name) for name in runs.SMOKES)
+            # Two busy processes or threads: beside the builder's two jobs each got half a core;
+            # after its last run (and its smokes) they have both cores.
+            return 2.0 + len(runs.ORDER)
         step = ready(item)
         if step == 0:
             pos = where[item.nodeid]
