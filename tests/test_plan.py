@@ -210,3 +210,16 @@ def test_one_grid_builds_the_single_multi_hybrid_rows():
     # A dataset without a Single train set (an evaluation-only column) gets Multi rows only.
     assert {r[3] for r in plan.grid("nope", ["dpr"], label=str, hybrid_label=lambda m: None,
                                     multi=lambda m: "multi")} == {"Multi"}  # fmt: skip
+
+
+def test_planning_imports_no_torch():
+    """The planner reads the method classes (labels, defaults, corpus units) without torch:
+    about a second of every Snakemake start and config load (drpipe.lazy)."""
+    code = (
+        "import sys; from drpipe.config import load_workflow_config; from drpipe.plan import "
+        f"build_plan; p = build_plan(load_workflow_config({str(REPO)!r}, {{'scale': 'paper'}}));"
+        "p.table2_runs(); p.run_config('dcsr', 'nq'); p.corpus_inputs('dcsr');"
+        "assert 'torch' not in sys.modules, 'torch imported while planning'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]

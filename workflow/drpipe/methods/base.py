@@ -41,13 +41,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
-import torch.distributed as dist
 
-from drpipe.encoders import encode_texts
+from drpipe.lazy import lazy_module
 
 # Re-exported: methods and tests know the unit ids from here.
 from drpipe.units import SENT_SLOTS, UNIT_KINDS, unit_id, unit_pid, unit_sentence  # noqa: F401
+
+# torch at first use: the planner reads these classes without it (drpipe.lazy).
+torch = lazy_module("torch")
+dist = lazy_module("torch.distributed")
 
 
 @dataclass
@@ -260,6 +262,8 @@ class Method(ABC):
         self, model: Any, block: CorpusBlock, settings: EncodeSettings
     ) -> tuple[np.ndarray, np.ndarray]:
         """Unit ids [m] and vectors [m, d] of a block of passages (one vector per passage)."""
+        from drpipe.encoders import encode_texts  # torch and transformers: at first use
+
         vecs = encode_texts(
             model.passage.to(settings.device), model.tokenizer, block.titles, block.texts,
             batch_size=settings.batch_size, max_length=model.max_passage_len,

@@ -63,9 +63,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from drpipe.io import parquet_num_rows
+from drpipe.lazy import lazy_module
 from drpipe.methods.base import (
     CollateContext,
     CorpusBlock,
@@ -95,6 +95,9 @@ from drpipe.methods.dcsr_parts.training_data import (
     unit_pid,
 )
 from drpipe.methods.dpr import dpr_nll, fp32
+
+# torch at first use: the planner reads these classes without it (drpipe.lazy).
+torch = lazy_module("torch")
 
 # unmatched_passages: what becomes of a passage of the examples that the corpus lacks (its id
 # unknown there, or another text under it): "split" cuts its own text with the corpus's

@@ -21,10 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
+from drpipe.lazy import lazy_module
 from drpipe.methods.base import CollateContext, DistContext, Method
+
+# torch at first use: the planner reads these classes without it (drpipe.lazy).
+torch = lazy_module("torch")
+F = lazy_module("torch.nn.functional")
 
 NEGATIVE_TYPES = ("bm25", "random", "gold", "none")
 

@@ -46,11 +46,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-
+from drpipe.lazy import lazy_module
 from drpipe.methods.base import CollateContext, DistContext, Method
 from drpipe.methods.dpr import DPR, NEGATIVE_TYPES, DPRBatch, dpr_nll, dpr_scores, fp32
+
+# torch at first use: the planner reads these classes without it (drpipe.lazy).
+torch = lazy_module("torch")
+F = lazy_module("torch.nn.functional")
 
 EMPTY = -2  # id of a queue slot never written (-1 is a passage of unknown id)
 

@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
-from drpipe.encoders import autocast
+from drpipe.lazy import lazy_module
 from drpipe.methods.base import CorpusBlock, EncodeSettings, unit_id
+
+# torch at first use: the planner reads these classes without it (drpipe.lazy).
+torch = lazy_module("torch")
 
 SENT_TOKEN = "<sent>"
 # A literal "<sent>" in a text would read as a marker; this spelling tokenizes as a vanilla
@@ -138,6 +140,8 @@ def encode_sentences(
     was_training = encoder.training
     encoder.eval()
     try:
+        from drpipe.encoders import autocast  # torch: at first use
+
         with torch.inference_mode(), autocast(settings.device, settings.bf16):
             for start in range(0, n, settings.batch_size):
                 idx = order[start : start + settings.batch_size].tolist()

@@ -20,15 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from drpipe.corpus.sentences import iter_sentence_groups, make_splitter, tile
 from drpipe.errors import InputError
 from drpipe.io import iter_parquet, read_json
+from drpipe.lazy import lazy_module
 from drpipe.methods.dcsr_parts.markers import MarkedBatch
 from drpipe.methods.dpr import passage_id
 from drpipe.qa.matching import has_answer
 from drpipe.qa.mining import CTX_LISTS
+
+# torch at first use: the planner reads these classes without it (drpipe.lazy).
+torch = lazy_module("torch")
 
 # Passages the corpus lacks (a foreign examples file) get ids from their text, above any
 # real pid, so two questions sharing such a passage still share its sentences' units.
