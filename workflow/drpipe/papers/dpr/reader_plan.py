@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from drpipe.errors import ConfigError
 from drpipe.papers import paper
 
 
@@ -23,22 +22,6 @@ class ReaderPlan:
     @cached_property
     def RC(self):
         return self.C["reader"]
-
-    def _check_warm_start(self):
-        """The warm start reads SQuAD train articles the corpus does not hold; a scale whose
-        corpus takes every article of that source leaves none (the squad scale): stop at planning,
-        not after the corpus is built. Called where a reader's start is planned, so that scales
-        that build no reader are not stopped."""
-        ws = self.RC["warm_start"]
-        if not ws:
-            return
-        for doc in self.C["corpus"]["documents"]:
-            if doc.get("source") == ws["source"] and doc.get("sample_articles") is None:
-                raise ConfigError(
-                    f"config: reader.warm_start reads articles of '{ws['source']}' outside the "
-                    f"corpus, but corpus.documents '{doc['name']}' takes all of them; set "
-                    "reader.warm_start: null (or sample that source's articles)"
-                )
 
     def table4_rows(self):
         """(run, train_set, dataset) of every Table 4 cell: Table 2's rows on reader.datasets."""
@@ -96,10 +79,7 @@ class ReaderPlan:
         """
         source = self.RC["multi_finetune"].get(dataset)
         if source is None or not self.is_multi(rts):
-            self._check_warm_start()
             return [self.WARM_START_READER] if self.RC["warm_start"] else []
-        if source == dataset:
-            raise ConfigError(f"config: reader.multi_finetune.{dataset} names the dataset itself")
         return [f"results/readers/{rrun}/{rts}/{source}"]
 
     def warm_start_data_cfg(self):
