@@ -507,3 +507,16 @@ def method_run_options(config: dict, method: str) -> dict[str, Any]:
         overrides = method_variant(config, method)["overrides"]
         out.update({k: overrides[k] for k in keys if k in overrides})
     return out
+
+
+def parse_config_values(values: list[str]) -> dict[str, Any]:
+    """``--config`` values as Snakemake reads them: NAME=VALUE, a mapping or list as YAML, a
+    scalar as text (typed by the config's own reading: drpipe.config.typed_overrides)."""
+    out: dict[str, Any] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--config takes NAME=VALUE, not {item!r}")
+        parsed = yaml.safe_load(value) if value.strip() else None
+        out[name] = parsed if isinstance(parsed, (dict, list)) else value
+    return out

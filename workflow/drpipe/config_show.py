@@ -23,6 +23,7 @@ from drpipe.config import (
     method_block,
     method_config,
     method_variant,
+    parse_config_values,
     read_defaults,
     read_yaml,
     resolve,
@@ -31,19 +32,6 @@ from drpipe.config import (
 )
 
 DERIVED = "derived"
-
-
-def parse_config_values(values: list[str]) -> dict[str, Any]:
-    """``--config`` values as Snakemake reads them: NAME=VALUE, a mapping or list as YAML, a
-    scalar as text (typed by the config's own reading: drpipe.config.typed_overrides)."""
-    out: dict[str, Any] = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise ConfigError(f"--config takes NAME=VALUE, not {item!r}")
-        parsed = yaml.safe_load(value) if value.strip() else None
-        out[name] = parsed if isinstance(parsed, (dict, list)) else value
-    return out
 
 
 def default_root() -> Path:

@@ -406,17 +406,13 @@ def config_from(configfile: str | Path, values: Sequence[str]) -> dict:
     """The config a run is being made with: ``configfile`` (the workflow's config.yaml) and
     Snakemake's ``--config`` values (``scale=squad``), resolved as the workflow resolves them.
     For a folder whose run has not finished: it has no provenance record yet."""
-    from drpipe.config import load  # lazy: the schema's plug-ins import every paper
+    # lazy: the schema's plug-ins import every paper
+    from drpipe.config import ConfigError, load, parse_config_values
 
-    overrides = {}
-    for item in values:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise SystemExit(f"error: --config takes NAME=VALUE, not {item!r}")
-        # As Snakemake reads them: a mapping or list as YAML, a scalar as text (the config's
-        # own reading types it: drpipe.config.typed_overrides).
-        parsed = yaml.safe_load(value) if value.strip() else None
-        overrides[name] = parsed if isinstance(parsed, (dict, list)) else value
+    try:
+        overrides = parse_config_values(list(values))
+    except ConfigError as err:
+        raise SystemExit(f"error: {err}") from None
     configfile = Path(configfile)
     schema = configfile.parent / "workflow" / "schemas" / "config.schema.yaml"
     return load(configfile, schema, overrides)
