@@ -27,7 +27,7 @@ override DATA_MIRROR := $(if $(DATA_MIRROR),$(abspath $(DATA_MIRROR)))
 export DATA_MIRROR
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install run test lint format bench clean squad audit claims rehearse estimate
+.PHONY: install run test lint format bench clean squad audit claims rehearse estimate verify
 
 install: $(STAMP)
 
@@ -82,6 +82,13 @@ audit: install
 	$(BIN)/drpipe audit results --out results/audit --claims results/claims.csv \
 		--report results/report.html $(if $(AGAINST),--against $(AGAINST)) \
 		--snakemake-args "$(SNAKEMAKE_ARGS)"
+
+# Did this run reproduce the committed reference (docs/reference/<scale>/<precision path>)?
+# Cell by cell: identical on the reference's CPU kind, within its tolerance on another.
+#   make verify [RESULTS=other/results]   (a new reference: drpipe verify --write-reference)
+RESULTS ?= results
+verify: install
+	$(BIN)/drpipe verify --results $(RESULTS) --reference docs/reference
 
 # The papers' claims on what a run has made so far (a run still going has no provenance record
 # for `make audit`): make claims CONFIG=scale=squad -> results/claims-so-far.csv

@@ -219,3 +219,34 @@ def test_top_k_matches_trec_eval(tmp_path, data_mirror):
         assert summary["top_k"][str(k)] == pytest.approx(expected)
     assert 10 < summary["top_k"]["1"] < summary["top_k"]["100"] < 100
     assert sum(r is not None for r in first.values()) == round(summary["top_k"]["100"] * 2)
+
+
+def test_mrr_from_first_hits_agrees_with_ir_measures(small):
+    """MRR@k from the stored first-hit ranks is ir_measures' RR@k with the answer-bearing
+    passages of each question as its relevant documents."""
+    import ir_measures
+    from ir_measures import Qrel, ScoredDoc
+
+    ks = [1, 3, 5, 6]
+    summary, first = evaluate.top_k_accuracy(
+        small["run"], small["questions"], small["passages"], ks=ks
+    )
+    assert summary["mrr"] == pytest.approx(
+        {"1": 0.2, "3": (1 + 1 / 3) / 5, "5": (1 + 1 / 3) / 5, "6": (1 + 1 / 3 + 1 / 6) / 5}
+    )
+    # The same numbers through ir_measures: qrels = every passage holding an answer.
+    runs = {
+        "a": [3, 4, 1, 2, 5, 6], "b": [2, 3, 4, 1, 5, 6],
+        "d": [4, 3, 2, 1, 5, 6], "e": [1, 2, 3, 4, 5, 6],
+    }  # fmt: skip
+    relevant = {"a": {1, 5}, "b": {2}, "c": {4}, "d": set(), "e": {6}}
+    qrels = [Qrel(q, str(p), 1) for q, ps in relevant.items() for p in ps]
+    qrels += [Qrel(q, "none", 0) for q, ps in relevant.items() if not ps]
+    run = [ScoredDoc(q, str(p), -float(r)) for q, ps in runs.items() for r, p in enumerate(ps)]
+    for k in ks:
+        per_query = {
+            m.query_id: m.value for m in ir_measures.iter_calc([ir_measures.RR @ k], qrels, run)
+        }
+        # ir_measures averages over the queries in qrels; a question missing from the run is 0.
+        ours = sum(per_query.get(q, 0.0) for q in relevant) / len(relevant)
+        assert summary["mrr"][str(k)] == pytest.approx(ours)

@@ -467,3 +467,29 @@ def test_table2_multi_rows_of_different_sets_say_so(tmp_path):
     cfg = {**PAPER_CFG, "row_map": row_map, "train_sets": sets, "setup": setup}
     assert run_cli([*argv[:3], *map(str, paths[:2]), *argv[-4:], "--cfg", json.dumps(cfg)]) == 0
     assert not any("multi" in str(n).split("; ") for n in pd.read_csv(out)["notes"])
+
+
+def test_table2_columns_follow_evaluate_ks_and_mrr(tmp_path):
+    """evaluate.ks decides Table 2's top-k columns and mrr_k adds MRR@k (x100); a metrics file
+    without the asked-for value is an error that says to rerun its evaluation."""
+    rec = metric("dpr", "squad") | {"top_k": {"1": 30.0, "5": 50.0, "10": 60.0, "20": 70.0,
+                                              "50": 75.0, "100": 80.0},
+                                    "mrr": {"10": 0.41234, "100": 0.42}}  # fmt: skip
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(rec))
+    out, md = tmp_path / "table2.csv", tmp_path / "table2.md"
+    cfg = {**PAPER_CFG, "row_map": ROW_MAP, "ks": [1, 10, 50], "mrr_k": 10}
+    argv = ["tables", "table2", "--metrics", str(path), "--out", str(out), "--md", str(md)]
+    assert run_cli([*argv, "--cfg", json.dumps(cfg)]) == 0
+    frame = pd.read_csv(out)
+    assert [c for c in frame.columns if c.startswith("squad_") and c.count("_") == 1] == [
+        "squad_top1", "squad_top10", "squad_top50", "squad_mrr10"
+    ]  # fmt: skip
+    assert frame.loc[0, "squad_mrr10"] == 41.23 and frame.loc[0, "squad_top10"] == 60.0
+    text = md.read_text()
+    assert "| Top-10 ours |" in text and "MRR@10 (x100) ours" in text and "Top-20 ours" not in text
+    assert "MRR@10 (x100): the mean over questions of 1/rank" in text
+    del rec["mrr"]
+    path.write_text(json.dumps(rec))
+    with pytest.raises(ValueError, match=r"dpr/squad/squad-dev have no mrr\.10: .*rerun"):
+        run_cli([*argv, "--cfg", json.dumps(cfg)])

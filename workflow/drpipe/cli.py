@@ -40,6 +40,7 @@ MODULES = [
     "drpipe.audit",
     "drpipe.estimate",
     "drpipe.config_show",
+    "drpipe.verify",
 ]
 
 

@@ -2,7 +2,10 @@
 
 This is DPR's Table 2 metric: a question counts as a hit at k when one of its first k
 retrieved passages contains an answer (``drpipe.qa.matching``, passage text only). A question
-of the questions file that the run does not cover is a miss at every k, and counted.
+of the questions file that the run does not cover is a miss at every k, and counted. Beside it,
+MRR@k from the same first-hit ranks (the mean of 1/rank of the first answer-bearing passage
+within the top k, 0 without one), as ir_measures' ``RR@k`` computes it with one relevant
+passage per question.
 """
 
 from __future__ import annotations
@@ -52,6 +55,15 @@ def accuracy_at_k(first_hits: Mapping[str, int | None], ks: Iterable[int]) -> di
     return {str(k): 100.0 * sum(1 for r in ranks if r <= k) / n for k in ks}
 
 
+def mrr_at_k(first_hits: Mapping[str, int | None], ks: Iterable[int]) -> dict[str, float]:
+    """MRR@k (a fraction in [0, 1]) for each k, over all questions in ``first_hits``."""
+    n = len(first_hits)
+    if n == 0:
+        raise ValueError("no questions to evaluate")
+    ranks = [r for r in first_hits.values() if r is not None]
+    return {str(k): sum(1.0 / r for r in ranks if r <= k) / n for k in ks}
+
+
 def top_k_accuracy(
     run_path: str | Path,
     questions_path: str | Path,
@@ -88,6 +100,7 @@ def top_k_accuracy(
     summary = {
         "n_questions": len(questions),
         "top_k": accuracy_at_k(first_hits, ks),
+        "mrr": mrr_at_k(first_hits, ks),
         "n_missing_from_run": n_missing,
         "depth": depth,
     }
@@ -115,7 +128,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("evaluate", help="top-k retrieval accuracy of a run")
+    p = sub.add_parser("evaluate", help="top-k retrieval accuracy (and MRR@k) of a run")
     p.add_argument("--run", required=True, help="run Parquet (qid, rank, pid, score)")
     p.add_argument("--questions", required=True, help="questions Parquet")
     p.add_argument("--passages", required=True, help="passages Parquet")

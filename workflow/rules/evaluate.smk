@@ -20,7 +20,7 @@ rule evaluate:
     params:
         cfg=lambda w: cfg_json(
             {
-                "ks": C["evaluate"]["ks"],
+                "ks": EVAL_KS,
                 "method": w.run,
                 "train_set": w.train_set,
                 "dataset": w.dataset,

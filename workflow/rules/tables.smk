@@ -29,6 +29,8 @@ rule table2:
                 "train_sets": C["train_sets"],
                 "setup": table2_setup(),
                 "precision": table2_precision(),
+                "ks": C["evaluate"]["ks"],
+                "mrr_k": C["evaluate"]["mrr_k"],
             }
         ),
         code=table2_code(),

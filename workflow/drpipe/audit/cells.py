@@ -13,7 +13,15 @@ from drpipe.audit.lineage import Lineage
 from drpipe.audit.metadata import Job
 from drpipe.io import read_json
 
-METRIC_COL = re.compile(r"^(?:(?P<dataset>[A-Za-z0-9_]+?)_)?top(?P<k>\d+)$")
+METRIC_COL = re.compile(r"^(?:(?P<dataset>[A-Za-z0-9_]+?)_)?(?P<kind>top|mrr)(?P<k>\d+)$")
+
+
+def _record_value(rec: dict, kind: str, k: str) -> float | None:
+    """A metrics record's value of a ``top<k>`` (percent) or ``mrr<k>`` (x100) column."""
+    value = (rec.get("top_k" if kind == "top" else "mrr") or {}).get(k)
+    if value is None:
+        return None
+    return float(value) * (100.0 if kind == "mrr" else 1.0)
 
 
 def _metric_records(lineage: Lineage, job: Job) -> dict[str, dict]:
@@ -46,7 +54,7 @@ def _row_map_runs(job: Job) -> dict[str, list[str]]:
 def table_cells(lineage: Lineage, job: Job, table: str) -> list[dict[str, Any]]:
     """Each metric cell of a table CSV with the metrics file it was computed from.
 
-    A cell in a column ``[<dataset>_]top<k>`` is matched to the table job's input metrics whose
+    A cell in a column ``[<dataset>_]top<k>`` (or ``mrr<k>``) is matched to the table job's input metrics whose
     top-k equals it (to the table's 2 decimals) and whose dataset, split and train set agree
     with the row. Equal values (a saturated tiny corpus) are told apart by the table's own
     ``row_map`` (row label -> run) when its config has one, else by the row label's words."""
@@ -67,8 +75,8 @@ def table_cells(lineage: Lineage, job: Job, table: str) -> list[dict[str, Any]]:
             train = str(row.get("train_set") or "")
             found = []
             for path, rec in metrics.items():
-                top = (rec.get("top_k") or {}).get(m.group("k"))
-                if top is None or round(float(top), 2) != round(value, 2):
+                top = _record_value(rec, m.group("kind"), m.group("k"))
+                if top is None or round(top, 2) != round(value, 2):
                     continue
                 if dataset and rec.get("dataset") != dataset:
                     continue

@@ -12,6 +12,8 @@ tables' (``drpipe.papers.shared_tables``), with this table's layout.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import pandas as pd
@@ -27,29 +29,77 @@ from drpipe.tables.cli import add_table_command, command_group
 from drpipe.tables.metrics import KS, read_metrics
 from drpipe.tables.notes import setup_notes
 
-TABLE2 = Layout(
-    table="2",
-    title="DPR Table 2: top-k retrieval accuracy (%)",
-    columns=tuple(f"top{k}" for k in KS),
-    headers=tuple(f"Top-{k}" for k in KS),
-    value=lambda m, col: m["top_k"][col.removeprefix("top")],
-    printed="it has Top-20 and Top-100 only",
-)
+
+def table2_layout(ks: Sequence[int] = KS, mrr_k: int | None = None) -> Layout:
+    """Table 2's layout: a top-k column per ``ks`` (``evaluate.ks``) and, with ``mrr_k``, an
+    MRR@k column (x100, as top-k's percent) from the same first-hit ranks."""
+    ks = tuple(int(k) for k in ks)
+    columns = tuple(f"top{k}" for k in ks) + ((f"mrr{mrr_k}",) if mrr_k else ())
+    headers = tuple(f"Top-{k}" for k in ks) + ((f"MRR@{mrr_k} (x100)",) if mrr_k else ())
+    return Layout(
+        table="2",
+        title="DPR Table 2: top-k retrieval accuracy (%)",
+        columns=columns,
+        headers=headers,
+        value=_value,
+        printed="it has Top-20 and Top-100 only",
+        intro=(
+            (
+                f"MRR@{mrr_k} (x100): the mean over questions of 1/rank of the first "
+                f"answer-bearing passage within the top {mrr_k} (0 without one), from the same "
+                "answer matching as top-k; no paper prints it.",
+            )
+            if mrr_k
+            else ()
+        ),
+    )
+
+
+def _value(m: dict, col: str) -> float:
+    """A metrics record's value of a Table 2 column ("top20": percent; "mrr100": MRR x100)."""
+    kind, k = ("mrr", col[3:]) if col.startswith("mrr") else ("top_k", col[3:])
+    try:
+        value = float(m[kind][k])
+    except (KeyError, TypeError):
+        where = f"{m.get('method')}/{m.get('train_set')}/{m.get('dataset')}-{m.get('split')}"
+        raise ValueError(
+            f"metrics of {where} have no {kind}.{k}: evaluated before Table 2 asked for it "
+            "(rerun its evaluate job)"
+        ) from None
+    return 100.0 * value if kind == "mrr" else value
+
+
+TABLE2 = table2_layout()
 
 
 def table2(metrics: list[dict], scale: str, row_map: dict[str, Any], **cfg: Any) -> pd.DataFrame:
     """DPR Table 2: one row per (training, method), columns per dataset x top-k (see
-    ``shared_table`` for ``row_map``, ``train_sets``, ``split_equiv`` and ``setup``)."""
-    return shared_table(TABLE2, metrics, scale, row_map, **cfg)
+    ``shared_table`` for ``row_map``, ``train_sets``, ``split_equiv`` and ``setup``;
+    ``layout``: the columns, default ``TABLE2``)."""
+    layout = cfg.pop("layout", TABLE2)
+    return shared_table(layout, metrics, scale, row_map, **cfg)
 
 
-def table2_markdown(frame: pd.DataFrame, scale: str, notes: dict[str, str] | None = None) -> str:
-    return shared_markdown(TABLE2, frame, scale, notes)
+def table2_markdown(
+    frame: pd.DataFrame,
+    scale: str,
+    notes: dict[str, str] | None = None,
+    layout: Layout = TABLE2,
+) -> str:
+    return shared_markdown(layout, frame, scale, notes)
 
 
 def _cmd_table2(args: argparse.Namespace) -> int:
     records = read_metrics(args.metrics)
-    return table_command(args, "table2", table2, records, table2_markdown, setup_notes)
+    layout = table2_layout(args.cfg.get("ks", KS), args.cfg.get("mrr_k"))
+    return table_command(
+        args,
+        "table2",
+        partial(table2, layout=layout),
+        records,
+        partial(table2_markdown, layout=layout),
+        setup_notes,
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -14,7 +14,7 @@ from drpipe.config import (
     runtime_options,
     split_run_name,
 )
-from drpipe.config_rules import multi_train_set
+from drpipe.config_rules import eval_ks, multi_train_set
 from drpipe.methods import method_module, method_names
 from drpipe.tables.scale import scale_cfg
 
@@ -142,6 +142,12 @@ class PlanBase:
 
     def bench_path(self, rule, name):
         return f"results/benchmarks/rules/{rule}/{name}.tsv"
+
+    @cached_property
+    def EVAL_KS(self):
+        """The k every run is evaluated at (drpipe.config_rules.eval_ks): Table 2's columns,
+        its MRR@k and the papers' own top-k columns."""
+        return eval_ks(self.C)
 
     def metrics_file(self, run, train_set, dataset, split):
         return f"results/metrics/{run}/{train_set}/{dataset}-{split}.json"

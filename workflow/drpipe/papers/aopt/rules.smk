@@ -174,7 +174,7 @@ rule aopt_evaluate:
     params:
         cfg=lambda w: cfg_json(
             {
-                "ks": C["evaluate"]["ks"],
+                "ks": EVAL_KS,
                 "method": aopt_run(w.protocol, w.arm, w.round),
                 "train_set": w.train_set,
                 "dataset": w.dataset,
@@ -214,7 +214,7 @@ rule aopt_grid:
                 "alpha": AOPT["linear"]["alpha"],
                 "betas": AOPT["figure6"]["betas"],
                 "gammas": AOPT["figure6"]["gammas"],
-                "ks": C["evaluate"]["ks"],
+                "ks": EVAL_KS,
                 "top_k": C["retrieve"]["top_k"],
             }
         ),

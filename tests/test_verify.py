@@ -1,0 +1,95 @@
+"""`make verify`: a run's tables against the committed reference of its scale and precision."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from drpipe import cli
+from drpipe.errors import InputError
+from drpipe.verify import precision_path, verify, write_reference
+
+REPO = Path(__file__).resolve().parents[1]
+CPU = {"cpu_model": "AMD EPYC", "cpu_flags": ["avx2", "avx512_bf16", "avx512f"]}
+
+
+def results_folder(root: Path, *, precision="training bf16, encoding bf16", cpu=CPU, top20=94.59):
+    root.mkdir(parents=True)
+    rows = [
+        {"scale": "mini", "training": "None", "method": "BM25", "protocol": "standard",
+         "train_set": "none", "squad_top20": 96.52, "squad_mrr100": 83.06, "precision": None},
+        {"scale": "mini", "training": "Single", "method": "DPR", "protocol": "standard",
+         "train_set": "squad", "squad_top20": top20, "squad_top20_paper": 63.2,
+         "squad_mrr100": 64.91, "precision": precision},
+    ]  # fmt: skip
+    pd.DataFrame(rows).to_csv(root / "table2.csv", index=False, float_format="%.2f")
+    record = {"scale": "mini", "hardware": {**cpu, "cuda_devices": []},
+              "code": {"commit": "abc"}}  # fmt: skip
+    (root / "provenance.json").write_text(json.dumps(record))
+    return root
+
+
+def test_precision_path_from_the_table2_notes():
+    frame = pd.DataFrame({"precision": [None, "training bf16, encoding bf16"]})
+    assert precision_path(frame) == "bf16"
+    assert precision_path(pd.DataFrame({"precision": [None, None]})) == "fp32"
+    assert precision_path(pd.DataFrame({"precision": ["encoding int8", "training bf16"]})) == (
+        "bf16+int8"
+    )
+
+
+def test_verify_passes_on_its_reference_and_names_a_changed_cell(tmp_path, capsys):
+    ref_root = tmp_path / "reference"
+    where = write_reference(results_folder(tmp_path / "made"), ref_root, "make run")
+    assert where == ref_root / "mini" / "bf16"
+    assert json.loads((where / "reference.json").read_text())["precision_path"] == "bf16"
+
+    passed, cells, summary = verify(results_folder(tmp_path / "same"), ref_root)
+    assert passed and summary["same"] == len(cells) == 4 and summary["tolerance"] == 0.0
+
+    # One value changed by hand: the command fails and names the cell.
+    changed = results_folder(tmp_path / "changed", top20=94.6)
+    code = cli.main(["verify", "--results", str(changed), "--reference", str(ref_root)])
+    out = capsys.readouterr().out
+    assert code == 1 and out.startswith("FAIL")
+    assert "| table2.csv | Single / DPR / standard / squad | squad_top20 | 94.60 | 94.59 | 0.01 |" \
+        " differs |" in out  # fmt: skip
+
+    # Another CPU kind on the same path: within the reference's tolerance.
+    other = results_folder(tmp_path / "other", cpu={"cpu_model": "Intel", "cpu_flags": ["amx"]},
+                           top20=94.62)  # fmt: skip
+    passed, cells, summary = verify(other, ref_root)
+    assert passed and summary["within"] == 1 and summary["tolerance"] == 0.5
+    assert not verify(other, ref_root, tolerance=0.01)[0]
+
+
+def test_verify_fails_on_a_missing_row_and_without_a_reference(tmp_path):
+    ref_root = tmp_path / "reference"
+    write_reference(results_folder(tmp_path / "made"), ref_root, "make run")
+    fewer = results_folder(tmp_path / "fewer")
+    frame = pd.read_csv(fewer / "table2.csv")
+    frame.iloc[1:].to_csv(fewer / "table2.csv", index=False)
+    passed, cells, _ = verify(fewer, ref_root)
+    assert not passed and {c["verdict"] for c in cells if "BM25" in c["row"]} == {"missing"}
+    fp32 = results_folder(tmp_path / "fp32", precision=None)
+    with pytest.raises(InputError, match=r"no reference for scale 'mini' on the fp32 path "
+                       r"\(references: mini/bf16\)"):  # fmt: skip
+        verify(fp32, ref_root)
+
+
+def test_the_committed_references_say_how_they_were_made():
+    metas = sorted((REPO / "docs" / "reference").glob("*/*/reference.json"))
+    assert metas, "no committed reference under docs/reference"
+    for meta in metas:
+        info = json.loads(meta.read_text())
+        assert {"scale", "precision_path", "cpu_model", "cpu_flags", "commit", "command"} <= set(
+            info
+        )
+        assert (
+            meta.parent.name == info["precision_path"] and meta.parent.parent.name == info["scale"]
+        )
+        table2 = pd.read_csv(meta.parent / "table2.csv")
+        assert precision_path(table2) == info["precision_path"]
