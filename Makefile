@@ -11,6 +11,10 @@ SNAKEMAKE_ARGS ?=
 # Config values for the run in Snakemake's --config syntax, e.g. CONFIG='encode="{precision: int8}"'
 # (Snakemake keeps only the last --config it is given, so they join the scale's here).
 CONFIG ?=
+# The scale, for every target that runs or reads a run (run, audit, claims, estimate): SCALE=squad
+SCALE ?=
+SCALE_CONFIG = $(strip $(if $(SCALE),scale=$(SCALE)) $(CONFIG))
+DONE = echo; echo "Done: results/table2.md (and .csv). Compare it with the reference: make verify"
 # CPU build of torch; a bare `torch` would pull a multi-GB CUDA build (see envs/gpu.yaml).
 TORCH ?= torch==2.13.0
 DATA_MIRROR ?=
@@ -27,7 +31,20 @@ override DATA_MIRROR := $(if $(DATA_MIRROR),$(abspath $(DATA_MIRROR)))
 export DATA_MIRROR
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: install run test lint format bench clean squad audit claims rehearse estimate verify
+.PHONY: help install run test lint format bench clean squad audit claims rehearse estimate verify
+
+help:
+	@echo "make run       install, run the default (mini) scale -> results/table2.md"
+	@echo "make test      install, run the tests"
+	@echo "make verify    compare a finished run's tables with docs/reference/"
+	@echo "make audit     lineage of every cell, what would rerun, the claims, the HTML report"
+	@echo "make claims    the papers' claims on what a run has made so far"
+	@echo "make estimate  what TARGET would cost, from a finished run's timings (FROM=run/)"
+	@echo "make rehearse  the paper scale's every rule on stand-ins, on one CPU"
+	@echo "make bench     the benchmarks (BENCH_ARGS=--smoke: seconds each)"
+	@echo "make lint | format | install | clean"
+	@echo "Variables: SCALE=squad TARGET=results/... CONFIG='key=value ...' CORES=N"
+	@echo "           SNAKEMAKE_ARGS=-n DATA_MIRROR=../shared/data PYTEST_ARGS=..."
 
 install: $(STAMP)
 
@@ -58,7 +75,8 @@ $(STAMP): pyproject.toml
 # (--forcerun RULE..., --until, -q) would otherwise read them as its own.
 run: install
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(TARGET) $(SNAKEMAKE_ARGS) \
-		$(if $(CONFIG),--config $(CONFIG))
+		$(if $(SCALE_CONFIG),--config $(SCALE_CONFIG))
+	@$(if $(filter -n --dry-run --dryrun,$(SNAKEMAKE_ARGS))$(filter-out all,$(TARGET)),true,$(DONE))
 
 squad: install
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(TARGET) $(SNAKEMAKE_ARGS) \
@@ -81,7 +99,7 @@ AGAINST ?=
 audit: install
 	$(BIN)/drpipe audit results --out results/audit --claims results/claims.csv \
 		--report results/report.html $(if $(AGAINST),--against $(AGAINST)) \
-		--snakemake-args "$(SNAKEMAKE_ARGS)"
+		--snakemake-args "$(SNAKEMAKE_ARGS)$(if $(SCALE), --config scale=$(SCALE))"
 
 # Did this run reproduce the committed reference (docs/reference/<scale>/<precision path>)?
 # Cell by cell: identical on the reference's CPU kind, within its tolerance on another.
@@ -93,14 +111,14 @@ verify: install
 # The papers' claims on what a run has made so far (a run still going has no provenance record
 # for `make audit`): make claims CONFIG=scale=squad -> results/claims-so-far.csv
 claims: install
-	$(BIN)/drpipe claims --results results --out results/claims-so-far.csv --config $(CONFIG)
+	$(BIN)/drpipe claims --results results --out results/claims-so-far.csv --config $(SCALE_CONFIG)
 
 # What a target would cost before it is started: its snakemake -n plan timed from the rule
 # benchmarks of a run already made (FROM, default the current folder), e.g.
 # make estimate TARGET=results/dpr/table3.csv FROM=../squad-run SNAKEMAKE_ARGS="--config scale=squad"
 estimate: install
 	$(BIN)/drpipe estimate $(TARGET) --reference $(or $(FROM),.) --cores $(CORES) \
-		--snakemake-args "$(SNAKEMAKE_ARGS)"
+		--snakemake-args "$(SNAKEMAKE_ARGS)$(if $(SCALE), --config scale=$(SCALE))"
 
 test: install
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -131,5 +149,9 @@ bench: install
 	done; \
 	if [ -n "$$failed" ]; then echo "make bench: failed:$$failed" >&2; exit 1; fi
 
+# Deletes every result (hours of training at squad): only with CONFIRM=yes.
 clean:
+	@if [ "$(CONFIRM)" != yes ]; then \
+		echo "make clean deletes results/, .snakemake/ and $(REHEARSAL_DIR)/: run make clean CONFIRM=yes" >&2; \
+		exit 1; fi
 	rm -rf results .snakemake $(REHEARSAL_DIR)

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import sys
 
+from drpipe import __version__
 from drpipe.cliutil import merge_threads
 from drpipe.errors import InputError
 from drpipe.io import setup_logging
@@ -47,6 +48,7 @@ MODULES = [
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="drpipe", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in MODULES + [p.commands for p in papers() if p.commands]:
         importlib.import_module(name).register(sub)

@@ -1,0 +1,7 @@
+"""``python -m drpipe``: the ``drpipe`` command."""
+
+import sys
+
+from drpipe.cli import main
+
+sys.exit(main())
