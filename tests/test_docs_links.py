@@ -74,3 +74,20 @@ def test_every_relative_link_in_the_repositorys_markdown_resolves():
     assert len(files) >= 4, files
     bad = {str(f.relative_to(REPO)): b for f in files if (b := broken_links(f))}
     assert not bad, bad
+
+
+def test_citation_file_cites_every_registered_paper():
+    """CITATION.cff lists the paper of every folder in drpipe.papers, by its title."""
+    import csv
+
+    import yaml
+
+    from drpipe.papers import papers
+
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text())
+    titles = " ".join(ref["title"] for ref in cff["references"])
+    for p in papers():
+        row = next(csv.DictReader((Path(p.folder) / "citation.csv").open()))
+        title = row["citation"].split(". ")[1] if row["paper"] != "aopt" else "Optimizing Dense"
+        assert title.split(" (")[0] in titles, (p.key, title)
+    assert (REPO / "LICENSE").read_text().lstrip().startswith("Apache License")
