@@ -48,5 +48,6 @@ rule all:
     input:
         "results/table2.csv",
         "results/table2.md",
+        "results/table2-topk.png",
         "results/provenance.json",
         "results/corpus/sentences.parquet",

@@ -223,3 +223,17 @@ def test_planning_imports_no_torch():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_table2_curves_follow_the_table2_rows():
+    """One curve per Table 2 cell, from the cell's per-question ranks, with a line kind: BM25,
+    hybrid, dense, and oracle rows (they saw the test answers) apart."""
+    plan = plan_of("mini")
+    files, cfg = plan.table2_curves()
+    runs = plan.table2_runs()
+    assert len(files) == len(cfg["rows"]) == len(runs)
+    assert files[0] == "results/metrics/bm25/none/squad-test.per_question.parquet"
+    kinds = {r["label"]: r["kind"] for r in cfg["rows"]}
+    assert kinds["BM25"] == "bm25" and kinds["BM25+DPR"] == "hybrid" and kinds["DPR"] == "dense"
+    assert {k for label, k in kinds.items() if "oracle" in label} == {"oracle"}
+    assert cfg["max_k"] == 100

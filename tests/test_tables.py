@@ -493,3 +493,27 @@ def test_table2_columns_follow_evaluate_ks_and_mrr(tmp_path):
     path.write_text(json.dumps(rec))
     with pytest.raises(ValueError, match=r"dpr/squad/squad-dev have no mrr\.10: .*rerun"):
         run_cli([*argv, "--cfg", json.dumps(cfg)])
+
+
+def test_table2_curves_cli_draws_every_row(tmp_path):
+    ranks = {"bm25": [1, 3, None, 2], "dpr": [2, None, None, 1]}
+    files = []
+    for run, values in ranks.items():
+        files.append(tmp_path / f"{run}.parquet")
+        pq.write_table(
+            pa.table({"qid": ["a", "b", "c", "d"], "first_hit_rank": pa.array(values, pa.int32())}),
+            files[-1],
+        )
+    rows = [{"dataset": "squad", "label": "BM25", "kind": "bm25"},
+            {"dataset": "squad", "label": "DPR", "kind": "dense"}]  # fmt: skip
+    png, csv = tmp_path / "t.png", tmp_path / "t.csv"
+    cfg = json.dumps({"scale": "mini", "rows": rows, "max_k": 3})
+    argv = ["tables", "table2-curves", "--per-question", *map(str, files)]
+    assert run_cli([*argv, "--out", str(png), "--csv", str(csv), "--cfg", cfg]) == 0
+    curves = pd.read_csv(csv)
+    bm25 = curves[curves["label"] == "BM25"].set_index("k")["accuracy"].to_dict()
+    assert bm25 == {1: 25.0, 2: 50.0, 3: 75.0} and png.read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(ValueError, match="2 per-question files but 1 rows"):
+        run_cli(
+            [*argv, "--out", str(png), "--cfg", json.dumps({"scale": "mini", "rows": rows[:1]})]
+        )

@@ -39,6 +39,32 @@ rule table2:
         " --out {output.csv:q} --md {output.md:q} --cfg {params.cfg:q} 2> {log:q}"
 
 
+# Table 2's rows as top-k curves (k = 1..100) from their per-question first-hit ranks.
+rule table2_curves:
+    input:
+        table2_curves()[0],
+    output:
+        png=report(
+            "results/table2-topk.png",
+            caption="../report/figure.rst",
+            category="Figures",
+            subcategory="Images",
+        ),
+        csv="results/table2-topk.csv",
+    log:
+        "results/logs/tables/table2_curves.log",
+    benchmark:
+        "results/benchmarks/rules/tables/table2_curves.tsv"
+    conda:
+        env()
+    params:
+        cfg=cfg_json(table2_curves()[1]),
+        code=code("drpipe.papers.table2"),
+    shell:
+        "drpipe tables table2-curves --per-question {input:q} --out {output.png:q}"
+        " --csv {output.csv:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
 # The shared Table 4: exact match of the reader over every Table 2 retriever row's passages
 # (the reader's rules: reader.smk). Not part of `all`: `make run TARGET=results/table4.csv`.
 rule table4:

@@ -12,12 +12,15 @@ tables' (``drpipe.papers.shared_tables``), with this table's layout.
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from drpipe.cliutil import need
 from drpipe.papers.shared_tables import (
     Layout,
     add_reports_argument,
@@ -25,9 +28,13 @@ from drpipe.papers.shared_tables import (
     shared_table,
     table_command,
 )
-from drpipe.tables.cli import add_table_command, command_group
-from drpipe.tables.metrics import KS, read_metrics
+from drpipe.tables.cli import add_figure_command, add_table_command, command_group
+from drpipe.tables.metrics import KS, read_first_hit_ranks, read_metrics, topk_curve
 from drpipe.tables.notes import setup_notes
+from drpipe.tables.output import new_figure, save_figure, write_csv
+from drpipe.tables.rows import REPRODUCED
+
+log = logging.getLogger(__name__)
 
 
 def table2_layout(ks: Sequence[int] = KS, mrr_k: int | None = None) -> Layout:
@@ -102,7 +109,74 @@ def _cmd_table2(args: argparse.Namespace) -> int:
     )
 
 
+def table2_curves(rows: Sequence[dict], ranks: Sequence[pd.Series], max_k: int) -> pd.DataFrame:
+    """Long table (dataset, label, kind, k, accuracy, n_questions): each Table 2 row's top-k
+    for k = 1..max_k from its per-question first-hit ranks. ``rows``: per file its
+    ``dataset``, ``label`` and ``kind`` (bm25 | hybrid | dense | oracle)."""
+    if len(rows) != len(ranks):
+        raise ValueError(f"{len(ranks)} per-question files but {len(rows)} rows in --cfg")
+    parts = []
+    for row, series in zip(rows, ranks, strict=True):
+        curve = topk_curve(series, max_k).reset_index()
+        curve.insert(0, "kind", row["kind"])
+        curve.insert(0, "label", row["label"])
+        curve.insert(0, "dataset", row["dataset"])
+        curve["n_questions"] = len(series)
+        parts.append(curve)
+    return pd.concat(parts, ignore_index=True)
+
+
+# Line styles by kind of row: BM25 and the hybrids stand out from the dense rows; oracle rows
+# (they saw the test answers) are grey and thin, drawn but not to be compared.
+STYLES = {
+    "bm25": {"linestyle": "--", "color": "black", "linewidth": 1.6},
+    "hybrid": {"linestyle": ":", "linewidth": 1.8},
+    "dense": {"linestyle": "-", "linewidth": 1.4},
+    "oracle": {"linestyle": "-.", "color": "0.6", "linewidth": 0.9},
+}
+
+
+def plot_table2_curves(curves: pd.DataFrame, out_png: str | Path, scale: str) -> None:
+    """One panel per dataset: top-k accuracy against k (log scale) for every Table 2 row."""
+    datasets = list(dict.fromkeys(curves["dataset"]))
+    fig, axes = new_figure(1, len(datasets), figsize=(6.5 * len(datasets), 4.8), dpi=120,
+                           squeeze=False)  # fmt: skip
+    for ax, dataset in zip(axes[0], datasets, strict=True):
+        for (label, kind), curve in curves[curves["dataset"] == dataset].groupby(
+            ["label", "kind"], sort=False
+        ):
+            ax.plot(curve["k"], curve["accuracy"], label=label, **STYLES[kind])
+        ax.set_xscale("log")
+        ax.set_xlabel("k: # of retrieved passages (log scale)")
+        ax.set_ylabel("Top-k accuracy (%)")
+        ax.set_title(f"Table 2 rows, {dataset} (scale {scale})", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    save_figure(fig, out_png)
+
+
+def _cmd_table2_curves(args: argparse.Namespace) -> int:
+    cfg = args.cfg
+    scale = need(cfg, "scale")
+    ranks = [read_first_hit_ranks(p) for p in args.per_question]
+    curves = table2_curves(need(cfg, "rows"), ranks, int(cfg.get("max_k", max(KS))))
+    plot_table2_curves(curves, args.out, scale)
+    if args.csv:
+        write_csv(curves.assign(scale=scale, source=REPRODUCED), args.csv)
+    log.info("table2-curves: %d rows -> %s", len(ranks), args.out)
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     group = command_group(sub, "tables", "results tables: reproduced vs paper numbers")
     p = add_table_command(group, "table2", _cmd_table2, "Table 2 (top-k accuracy per dataset)")
     add_reports_argument(p)
+    add_figure_command(
+        group,
+        "table2-curves",
+        _cmd_table2_curves,
+        "Table 2's rows as top-k curves, k = 1..100 (BM25 dashed, hybrids dotted)",
+        inputs="--per-question",
+        inputs_help="per-question first-hit ranks, one file per --cfg rows entry",
+    )

@@ -146,6 +146,27 @@ class DprPlan:
         split = self.C["tables"]["split"]
         return [self.metrics_file(r, ts, d, split) for r, ts, d, _, _ in self.table2_runs()]
 
+    def table2_curves(self):
+        """(per-question files, cfg) of Table 2's top-k curves: one curve per cell, in the
+        table's row order, each with its dataset, label and kind of line."""
+        split = self.C["tables"]["split"]
+        row_map = self.table2_row_map()
+        files, rows = [], []
+        for run, ts, dataset, training, label in self.table2_runs():
+            protocol = row_map[run].get("protocol", "standard")
+            kind = "bm25" if run == "bm25" else "hybrid" if run.endswith("+bm25") else "dense"
+            if "oracle" in str(protocol):
+                kind, protocol = "oracle", "oracle: saw the test answers"
+            name = label + (f" [{protocol}]" if protocol != "standard" else "")
+            name += " (Multi)" if training == "Multi" else ""
+            files.append(
+                self.metrics_file(run, ts, dataset, split).removesuffix(".json")
+                + ".per_question.parquet"
+            )
+            rows.append({"dataset": dataset, "label": name, "kind": kind})
+        cfg = {"scale": self.SCALE, "rows": rows, "max_k": max(self.EVAL_KS)}
+        return files, cfg
+
     def table2_row_map(self):
         """Our run names -> the paper's row labels and the paper whose numbers sit beside them
         (None: no paper lists the run's method); Single/Multi follow from the train set."""
