@@ -90,20 +90,70 @@ def test_holm_matches_hand_computation():
 
 
 @pytest.mark.parametrize(
-    ("expect", "diff", "p", "verdict"),
+    ("expect", "diff", "p_holm", "ci", "verdict"),
     [
-        ("greater", 0.05, 0.001, "holds"),
-        ("greater", -0.05, 0.001, "reversed"),
-        ("greater", 0.05, 0.2, "not significant"),
-        ("less", -0.05, 0.001, "holds"),
-        ("less", 0.05, 0.001, "reversed"),
-        ("not_greater", 0.05, 0.001, "reversed"),
-        ("not_greater", 0.01, 0.4, "holds"),
-        ("not_greater", -0.05, 0.001, "holds"),
+        ("greater", 0.05, 0.001, None, "holds"),
+        ("greater", -0.05, 0.001, None, "reversed"),
+        ("greater", 0.05, 0.2, None, "not significant"),
+        ("less", -0.05, 0.001, None, "holds"),
+        ("less", 0.05, 0.001, None, "reversed"),
+        # against a margin of 1 point: holds on the test's own p, reversed when the whole
+        # interval lies beyond the margin, otherwise not shown (absence of evidence)
+        ("not_greater", 0.2, 0.001, (-0.2, 0.6), "holds"),
+        ("not_greater", 0.2, 0.4, (-0.9, 1.3), "not shown"),
+        ("not_greater", 2.0, 0.9, (1.2, 2.8), "reversed"),
+        ("equivalent", -2.0, 0.9, (-2.8, -1.2), "reversed"),
+        ("equivalent", 0.1, 0.3, (-1.5, 1.5), "not shown"),
     ],
 )
-def test_verdicts(expect, diff, p, verdict):
-    assert C.verdict(expect, diff, p, 0.05) == verdict
+def test_verdicts(expect, diff, p_holm, ci, verdict):
+    margin = None if ci is None else 1.0
+    assert C.verdict(expect, diff, p_holm, 0.05, ci, margin) == verdict
+
+
+def _row(cid, p, family="leak-free", expect="greater", diff=1.0, margin=None):
+    return {"id": cid, "family": family, "expect": expect, "p_test": p, "diff": diff,
+            "ci_low": diff - 0.5, "ci_high": diff + 0.5, "margin": margin}  # fmt: skip
+
+
+def test_verdicts_are_decided_on_holm_within_each_family():
+    # Unadjusted, 0.02 is below alpha; among four leak-free claims Holm makes it 0.06.
+    rows = [_row("a", 0.02), _row("b", 0.3), _row("c", 0.5), _row("d", 0.001)]
+    oracle = [_row("o1", 0.02, "oracle"), _row("o2", 0.02, "oracle")]
+    C.decide(rows + oracle, 0.05)
+    by = {r["id"]: r for r in rows + oracle}
+    assert by["a"]["p_holm"] == pytest.approx(0.06) and by["a"]["verdict"] == "not significant"
+    assert by["d"]["verdict"] == "holds"
+    # The oracle claims are their own family: Holm over their two (0.02 -> 0.04), not over six.
+    assert by["o2"]["p_holm"] == pytest.approx(0.04) and by["o2"]["verdict"] == "holds"
+    assert C.holm([0.02, 0.3, 0.5, 0.001, 0.02, 0.02])[4] == pytest.approx(0.1)
+    frame = pd.DataFrame(rows + oracle)
+    assert C.tallies(frame) == {"leak-free": {"not significant": 3, "holds": 1},
+                                "oracle": {"holds": 2}}  # fmt: skip
+
+
+def test_margin_tests_equivalence_and_non_inferiority():
+    """TOST and the one-sided test against the margin, on the same bootstrap resamples."""
+    margin = 0.01  # one point, in the units of the per-question differences
+    # Tight: 4,000 questions, a and b differ on 40 each way -> mean 0, interval about +-0.3.
+    tight = np.array([1] * 40 + [-1] * 40 + [0] * 3920)
+    # Wide: 200 questions, 20 each way -> mean 0, interval about +-4 points.
+    wide = np.array([1] * 20 + [-1] * 20 + [0] * 160)
+    out = {}
+    for name, values in (("tight", tight), ("wide", wide)):
+        boot = C.paired_bootstrap(values, resamples=2000, seed=3, margin=margin)
+        assert boot["mean"] == 0.0 and boot["p"] == 1.0  # no difference either way
+        for expect in ("equivalent", "not_greater"):
+            p = C.decisive_p(expect, boot)
+            ci = (100 * boot["ci_low"], 100 * boot["ci_high"])
+            out[name, expect] = C.verdict(expect, 0.0, p, 0.05, ci, 1.0)
+    assert out["tight", "equivalent"] == out["tight", "not_greater"] == "holds"
+    assert out["wide", "equivalent"] == out["wide", "not_greater"] == "not shown"
+    # The one-sided p is the share of resampled means at or above the margin.
+    boot = C.paired_bootstrap(wide, resamples=2000, seed=3, margin=margin)
+    assert boot["p_below"] > 0.05 and C.decisive_p("equivalent", boot) >= boot["p_below"]
+    with pytest.raises(ValueError, match="margin"):
+        C.paired_bootstrap(wide, margin=0.0)
 
 
 # --------------------------------------------------------------------------- claims as data
@@ -119,10 +169,40 @@ def test_declared_claims_cover_the_issue_list():
                    "one_bm25_negative", "second_bm25", "dcsr_beats_dpr", "in_passage",
                    "xmoco_beats_dpr", "larger_queue", "tied_encoders", "top1_gain_largest_oracle",
                    "top1_gain_largest_leak_free", "hybrid_beats_query_only",
-                   "hybrid_beats_passage_only", "higher_retrieval_gives_higher_em",
-                   "bm25_em_beats_dpr", "hybrid_em_at_least_dpr", "xmoco_em_at_least_dpr",
+                   "hybrid_beats_passage_only", "bm25_em_beats_dpr", "hybrid_em_at_least_dpr", "xmoco_em_at_least_dpr",
                    "t4_em_beats_dpr_leak_free", "t4_em_beats_dpr_oracle"):  # fmt: skip
         assert any(needed in i for i in ids), needed
+
+
+def test_each_paired_comparison_appears_once_and_nothing_is_picked_on_test():
+    """Issue 43: the claim that picked its pair by test top-20 (BM25+DPR against DPR, the
+    pair of dpr_t4_hybrid_em_at_least_dpr_on_squad with the sign flipped) is gone; no two
+    claims test the same pair on the same metric, whichever is a; no system is chosen by
+    its accuracy; oracle claims are their own family; margin claims state a margin."""
+    defaults, claims = C.load_claims()
+    assert not any("higher_retrieval" in c["id"] for c in claims)
+    seen = {}
+    for c in claims:
+        sides = sorted(json.dumps(c[s], sort_keys=True) for s in ("a", "b"))
+        key = (json.dumps(c.get("scope"), sort_keys=True), c["metric"], c.get("contrast"),
+               *sides)  # fmt: skip
+        assert key not in seen, (c["id"], seen.get(key))
+        seen[key] = c["id"]
+        assert "among" not in c["a"] and "among" not in c["b"]
+        assert (C.family_of(c) == "oracle") == ("oracle" in c["id"]), c["id"]
+        assert (c["expect"] in ("not_greater", "equivalent")) == ("margin" in c), c["id"]
+    bad = copy.deepcopy(next(c for c in claims if c["id"].endswith("_oracle")))
+    del bad["family"]
+    with pytest.raises(InputError, match="oracle"):
+        C.validate_claims({"defaults": defaults, "claims": [bad]})
+    bad = copy.deepcopy(next(c for c in claims if c["expect"] == "not_greater"))
+    del bad["margin"]
+    with pytest.raises(InputError, match="margin"):
+        C.validate_claims({"defaults": defaults, "claims": [bad]})
+    bad["margin"] = 1.0
+    bad["a"] = {"among": [{"run": "bm25"}, {"method": "dpr"}], "by": "top20", "pick": "max"}
+    with pytest.raises(InputError, match="'run' or 'method'"):
+        C.validate_claims({"defaults": defaults, "claims": [bad]})
 
 
 def _norm(text: str) -> str:
@@ -250,8 +330,16 @@ def test_claims_table_from_per_question_files(tmp_path):
     _write_ranks(results, "bm25", "none", bm25)
     _write_ranks(results, "dpr", "squad", dpr)
     _write_ranks(results, "dpr+bm25", "squad", hybrid)
+    record = {"code": {"commit": "c0ffee", "dirty": True}, "scale": "mini", "config": {"x": [1]}}
+    (results / "provenance.json").write_text(json.dumps(record))
     cfg = resolve(RAW, SCHEMA)
     frame = C.evaluate_claims(C.resolve_claims(cfg), results)
+    # Every row carries the run it came from (issue 43): its provenance record's commit,
+    # scale and config hash.
+    assert set(C.PROVENANCE) <= set(frame.columns)
+    assert set(frame["run_commit"]) == {"c0ffee+dirty"} and set(frame["run_scale"]) == {"mini"}
+    assert set(frame["run_config_hash"]) == {C.config_hash({"x": [1]})}
+    assert re.fullmatch(r"[0-9a-f]{16}", C.config_hash({"x": [1]}))
     rows = frame.set_index("id")
     bm = rows.loc["dpr_t2_bm25_beats_dpr_on_squad"]
     hits_a = sum(1 for r in bm25 if r is not None and r <= 20)
@@ -269,7 +357,7 @@ def test_claims_table_from_per_question_files(tmp_path):
     assert t3["verdict"] == "not tested" and "dpr.t3_gold_7_ib" in t3["reason"]
     assert set(frame["verdict"]) <= set(C.VERDICTS)
     tested = frame[frame["verdict"] != "not tested"]
-    assert (tested["p_holm"] >= tested["p_bootstrap"]).all()
+    assert (tested["p_holm"] >= tested["p_test"]).all()
     # The same inputs give the same table, to the byte.
     again = C.evaluate_claims(C.resolve_claims(cfg), results)
     C.write_claims(frame, tmp_path / "a.csv")
@@ -284,6 +372,7 @@ def test_reversed_claim(tmp_path):
     frame = C.evaluate_claims(C.resolve_claims(resolve(RAW, SCHEMA)), results).set_index("id")
     row = frame.loc["dpr_t2_bm25_beats_dpr_on_squad"]
     assert row["verdict"] == "reversed" and row["diff"] == pytest.approx(-50.0)
+    assert row["run_commit"] == row["run_config_hash"] == "unrecorded"  # no provenance record
 
 
 # --------------------------------------------------------------------------- end-to-end (EM)
@@ -294,13 +383,6 @@ def _write_em(results: Path, run: str, train_set: str, em: list[bool]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     qids = [f"q{i}" for i in range(len(em))]
     pd.DataFrame({"qid": qids, "prediction": ["x"] * len(em), "em": em}).to_parquet(path)
-
-
-def _write_top20(results: Path, run: str, train_set: str, top20: float) -> None:
-    path = results / "metrics" / run / train_set / "squad-test.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    top_k = {"1": 1.0, "5": 2.0, "20": top20, "100": 99.0}
-    path.write_text(json.dumps({"method": run, "top_k": top_k}))
 
 
 def test_em_claims_pair_exact_match_per_question(tmp_path):
@@ -314,58 +396,42 @@ def test_em_claims_pair_exact_match_per_question(tmp_path):
     _write_em(results, "dpr+bm25", "squad", list(bm25 | dpr))
     _write_em(results, "xmoco", "squad", list(dpr))
     _write_em(results, "aopt-leakfree-hybrid-r1", "squad", list(dpr))
-    for run, ts, top20 in (("bm25", "none", 90.0), ("dpr", "squad", 80.0),
-                           ("dpr+bm25", "squad", 95.0)):  # fmt: skip
-        _write_top20(results, run, ts, top20)
     cfg = resolve(RAW, SCHEMA)
     inputs = C.claim_inputs(C.resolve_claims(cfg))
     assert "results/answers/dpr/squad/squad-test.parquet" in inputs
-    assert "results/metrics/dpr+bm25/squad/squad-test.json" in inputs  # the pick reads it
     rows = C.evaluate_claims(C.resolve_claims(cfg), results).set_index("id")
     bm = rows.loc["dpr_t4_bm25_em_beats_dpr_on_squad"]
     assert bm["value_a"] == pytest.approx(100 * bm25.mean(), abs=0.01)
     assert bm["value_b"] == pytest.approx(100 * dpr.mean(), abs=0.01)
     assert bm["a_only"] == int((bm25 & ~dpr).sum()) and bm["verdict"] == "holds"
-    # Retrieval picks the systems: BM25+DPR has the best top-20 (95), DPR the worst (80).
-    pick = rows.loc["dpr_t4_higher_retrieval_gives_higher_em_on_squad"]
-    assert (pick["run_a"], pick["run_b"]) == ("dpr+bm25", "dpr")
-    assert "max top20" in pick["system_a"] and "bm25 90.00" in pick["system_a"]
-    assert pick["verdict"] == "holds" and pick["b_only"] == 0
-    # "At least": DPR does not beat BM25+DPR (holds); nor xMoCo, equal on every question.
-    assert rows.loc["dpr_t4_hybrid_em_at_least_dpr_on_squad", "verdict"] == "holds"
+    # "At least" against a 1-point margin: DPR is far below BM25+DPR (holds); xMoCo equals DPR
+    # on every question, but 200 questions cannot exclude a 1-point gap: not shown.
+    hyb = rows.loc["dpr_t4_hybrid_em_at_least_dpr_on_squad"]
+    assert (hyb["verdict"], hyb["margin"], hyb["test"]) == (
+        "holds", 1.0, "non-inferiority (one-sided, margin)")  # fmt: skip
     same = rows.loc["xmoco_t4_xmoco_em_at_least_dpr_on_squad"]
-    assert same["verdict"] == "holds" and same["diff"] == 0.0
+    assert same["diff"] == 0.0 and same["p_bootstrap"] == 1.0
+    assert same["verdict"] == "holds" and same["p_test"] < 0.01  # no discordant question at all
     # AOpt's protocols apart: the oracle run is not in the results, so it is not tested.
     assert rows.loc["aopt_t4_em_beats_dpr_leak_free", "verdict"] == "not significant"
     oracle = rows.loc["aopt_t4_em_beats_dpr_oracle"]
     assert oracle["verdict"] == "not tested" and "aopt-oracle-hybrid-r1" in oracle["reason"]
-    # A tie in retrieval accuracy picks no system; a missing metrics file is a reason too.
-    _write_top20(results, "dpr", "squad", 95.0)
-    tied = C.evaluate_claims(C.resolve_claims(cfg), results).set_index("id")
-    reason = tied.loc["dpr_t4_higher_retrieval_gives_higher_em_on_squad", "reason"]
-    assert "tie at top20 = 95.00" in reason
-    (results / "metrics/bm25/none/squad-test.json").unlink()
-    gone = C.evaluate_claims(C.resolve_claims(cfg), results).set_index("id")
-    reason = gone.loc["dpr_t4_higher_retrieval_gives_higher_em_on_squad", "reason"]
-    assert "not in the results: results/metrics/bm25/none/squad-test.json" in reason
+    assert oracle["family"] == "oracle" and bm["family"] == "leak-free"
+    # Three questions apart each way in 200 for xMoCo: the same EM, an interval of +-2 points.
+    flip = [*np.flatnonzero(dpr)[:3], *np.flatnonzero(~dpr)[:3]]
+    _write_em(results, "xmoco", "squad", [not x if i in flip else x for i, x in enumerate(dpr)])
+    wide = C.evaluate_claims(C.resolve_claims(cfg), results).set_index("id")
+    assert wide.loc["xmoco_t4_xmoco_em_at_least_dpr_on_squad", "verdict"] == "not shown"
 
 
-def test_em_claims_need_the_reader_on_their_dataset_and_valid_specs():
+def test_em_claims_need_the_reader_on_their_dataset():
     cfg = resolve(RAW, SCHEMA)
     cfg["reader"]["datasets"] = ["nq"]
     resolved = {e["id"]: e for e in C.resolve_claims(cfg)}
-    for cid in (
-        "dpr_t4_bm25_em_beats_dpr_on_squad",
-        "dpr_t4_higher_retrieval_gives_higher_em_on_squad",
-    ):
+    for cid in ("dpr_t4_bm25_em_beats_dpr_on_squad", "dpr_t4_hybrid_em_at_least_dpr_on_squad"):
         assert "reader.datasets" in resolved[cid]["reason"], cid
     defaults, claims = C.load_claims()
-    claim = next(c for c in claims if c["id"] == "dpr_t4_higher_retrieval_gives_higher_em_on_squad")
-    bad = copy.deepcopy(claim)
-    del bad["a"]["by"]
-    with pytest.raises(InputError, match=r"higher_em_on_squad\.a.*'by'"):
-        C.validate_claims({"defaults": defaults, "claims": [bad]})
-    bad = copy.deepcopy(claim)
+    bad = copy.deepcopy(next(c for c in claims if c["id"] == "dpr_t4_bm25_em_beats_dpr_on_squad"))
     bad["contrast"] = "top100"
     with pytest.raises(InputError, match="contrast"):
         C.validate_claims({"defaults": defaults, "claims": [bad]})
@@ -400,3 +466,96 @@ def test_claims_of_a_run_still_going_resolve_against_its_config(tmp_path, capsys
     assert (run(mini), run(squad)) == ("aopt-leakfree-hybrid-r1", "aopt-leakfree-hybrid-r2")
     with pytest.raises(SystemExit, match="NAME=VALUE"):
         C.config_from(REPO / "config.yaml", ["scale"])
+    out_rows = pd.read_csv(out).set_index("id")
+    assert set(out_rows["run_scale"]) == {"squad"}
+    assert out_rows["run_commit"].str.endswith("(run not finished)").all()
+
+
+# --------------------------------------------------------------------------- stored tables
+
+
+def _stored(path: Path, rows: list[dict]) -> Path:
+    pd.DataFrame.from_records(rows, columns=C.COLUMNS).to_csv(path, index=False)
+    return path
+
+
+def test_restate_reruns_the_bootstrap_from_the_stored_counts(tmp_path):
+    """A stored table (an earlier run, its results gone) is restated under the current rules:
+    its counts fix the per-question differences, so the bootstrap is rerun exactly and checked
+    against the stored figures; a contrast row keeps its stored p; an undeclared id is left
+    out. With --results, the rows that run tests win and the stored rows fill the rest."""
+    from drpipe.cli import main
+
+    defaults, claims = C.load_claims()
+    by_id = {c["id"]: c for c in claims}
+    values = np.array([1] * 30 + [-1] * 10 + [0] * 460)
+    boot = C.paired_bootstrap(
+        values, 10000, C.claim_seed(int(defaults["seed"]), "dpr_t3_in_batch_helps")
+    )
+    row = {"id": "dpr_t3_in_batch_helps", "paper": "dpr", "n_questions": 500, "a_only": 30,
+           "b_only": 10, "diff": round(100 * boot["mean"], 2), "ci_low": round(100 * boot["ci_low"], 2),
+           "ci_high": round(100 * boot["ci_high"], 2), "p_bootstrap": boot["p"],
+           "expect": "greater", "verdict": "holds"}  # fmt: skip
+    contrast = {"id": "aopt_t3_top1_gain_largest_oracle", "paper": "aopt", "n_questions": 500,
+                "diff": 40.0, "ci_low": 38.0, "ci_high": 42.0, "p_bootstrap": 0.03}  # fmt: skip
+    gone = {"id": "dpr_t4_higher_retrieval_gives_higher_em_on_squad", "p_bootstrap": 0.01}
+    path = _stored(tmp_path / "claims-old.csv", [row, contrast, gone])
+    identity = C.parse_identity("abc123,squad")
+    rows, dropped = C.restate(path, identity, claims, defaults)
+    assert dropped == ["dpr_t4_higher_retrieval_gives_higher_em_on_squad"]
+    got = {r["id"]: r for r in rows}
+    assert got["dpr_t3_in_batch_helps"]["p_test"] == boot["p"]
+    assert got["aopt_t3_top1_gain_largest_oracle"]["p_test"] == 0.03
+    assert got["aopt_t3_top1_gain_largest_oracle"]["family"] == "oracle"
+    assert got["dpr_t3_in_batch_helps"]["run_config_hash"] == "unrecorded"
+    assert "restated from the counts" in got["dpr_t3_in_batch_helps"]["reason"]
+    assert by_id["dpr_t3_in_batch_helps"]["expect"] == "greater"
+    # A stored figure its counts do not give is an error naming the row.
+    _stored(tmp_path / "bad.csv", [{**row, "p_bootstrap": 0.5}])
+    with pytest.raises(InputError, match="dpr_t3_in_batch_helps.*p_bootstrap"):
+        C.restate(tmp_path / "bad.csv", identity, claims, defaults)
+    # The command: only the stored table, then a run's results filled from it.
+    out = tmp_path / "restated.csv"
+    args = ["claims", "--out", str(out), "--from-table", str(path), "--table-run", "abc123,squad"]
+    assert main(args) == 0
+    table = pd.read_csv(out).set_index("id")
+    assert list(table.index) == ["dpr_t3_in_batch_helps", "aopt_t3_top1_gain_largest_oracle"]
+    assert (
+        table.loc["aopt_t3_top1_gain_largest_oracle", "verdict"] == "holds"
+    )  # alone in its family
+    results = tmp_path / "results"
+    _write_ranks(results, "bm25", "none", [1] * 60 + [None] * 40)
+    _write_ranks(results, "dpr", "squad", [1] * 40 + [None] * 60)
+    record = {"code": {"commit": "def456"}, "scale": "mini", "config": resolve(RAW, SCHEMA)}
+    (results / "provenance.json").write_text(json.dumps(record, default=str))
+    assert main([*args, "--results", str(results)]) == 0
+    table = pd.read_csv(out).set_index("id")
+    assert len(table) == len(claims)
+    assert table.loc["dpr_t2_bm25_beats_dpr_on_squad", "run_commit"] == "def456"
+    assert table.loc["dpr_t3_in_batch_helps", "run_commit"] == "abc123"
+    assert table.loc["dpr_t3_one_bm25_negative_helps", "verdict"] == "not tested"
+
+
+@pytest.mark.parametrize("name", ["claims-mini.csv", "claims-squad.csv"])
+def test_committed_claims_tables_follow_the_rules(name):
+    """docs/claims-*.csv: every declared claim once, the run each row came from, and Holm and
+    the verdicts as the current rules give them from the rows' own p-values."""
+    defaults, claims = C.load_claims()
+    table = pd.read_csv(REPO / "docs" / name, dtype={"run_config_hash": str})
+    assert list(table["id"]) == [c["id"] for c in claims]
+    for col in C.PROVENANCE:
+        assert table[col].notna().all() and (table[col].astype(str) != "").all(), col
+    assert set(table["family"]) == set(C.FAMILIES)
+    rows = table.to_dict("records")
+    expected = [dict(r) for r in rows]
+    for r in expected:
+        r.pop("p_holm")
+        if pd.isna(r["p_test"]):
+            r["p_test"] = None
+    C.decide(expected, float(defaults["alpha"]))
+    for got, want in zip(rows, expected, strict=True):
+        if want["p_test"] is None:
+            assert got["verdict"] == "not tested", got["id"]
+            continue
+        assert got["p_holm"] == pytest.approx(want["p_holm"], rel=1e-5), got["id"]
+        assert got["verdict"] == want["verdict"], got["id"]

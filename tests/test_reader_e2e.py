@@ -90,5 +90,3 @@ def test_answers_per_question_and_em_claims(run):
         row = frame.loc[cid]
         assert row["verdict"] != "not tested", (cid, row["reason"])
         assert row["n_questions"] == metrics["n_questions"]
-    pick = frame.loc["dpr_t4_higher_retrieval_gives_higher_em_on_squad"]
-    assert pick["verdict"] != "not tested" or "tie" in pick["reason"], pick["reason"]

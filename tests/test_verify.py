@@ -93,3 +93,35 @@ def test_the_committed_references_say_how_they_were_made():
         )
         table2 = pd.read_csv(meta.parent / "table2.csv")
         assert precision_path(table2) == info["precision_path"]
+
+
+def test_readme_quotes_the_reference_figures():
+    """Every mini figure README.md quotes (its Table 2 excerpt and its current-figures table)
+    is the committed reference's cell (docs/reference/mini/<path>/table2.csv)."""
+    import re
+
+    text = (REPO / "README.md").read_text()
+    ref = pd.read_csv(next((REPO / "docs" / "reference" / "mini").glob("*/table2.csv")),
+                      keep_default_na=False, na_values=[""])  # fmt: skip
+    ref = ref[ref["protocol"] == "standard"].set_index("method")
+    checked = 0
+    # The excerpt: | training | method | squad (test, n=...) | top1 | top5 | top20 | paper | rank
+    # | top100 | paper | mrr100 | notes |
+    for line in re.findall(r"^\| (?:None|Single) \| [^|]+ \| squad \(test.*$", text, re.M):
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        row = ref.loc[cells[1]]
+        ours = [cells[3], cells[4], cells[5], cells[8], cells[10]]
+        cols = ["squad_top1", "squad_top5", "squad_top20", "squad_top100", "squad_mrr100"]
+        assert [float(v) for v in ours] == [row[c] for c in cols], cells[1]
+        paper = row["squad_top20_paper"]
+        assert (float(cells[6]) if cells[6] else None) == (None if pd.isna(paper) else paper)
+        checked += 1
+    # Current figures: | row | top-1 / top-20 / top-100 at mini | squad | paper |
+    section = text.split("## Current figures", 1)[1].split("\n## ", 1)[0]
+    for method, mini in re.findall(r"^\| ([^|]+?) \| ([\d.]+ / [\d.]+ / [\d.]+) \|", section, re.M):
+        row = ref.loc[method]
+        assert [float(v) for v in mini.split(" / ")] == [
+            row["squad_top1"], row["squad_top20"], row["squad_top100"]
+        ], method  # fmt: skip
+        checked += 1
+    assert checked >= 8, checked

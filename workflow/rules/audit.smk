@@ -13,6 +13,8 @@ report: "../report/workflow.rst"
 rule claims:
     input:
         claim_inputs(CLAIMS),
+        # The run's commit, scale and config hash go into every row.
+        provenance="results/provenance.json",
     output:
         report(
             "results/claims.csv",

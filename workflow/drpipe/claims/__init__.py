@@ -2,30 +2,44 @@
 
 Claims are data (each paper's ``papers/<paper>/claims.yaml``; the format and shared defaults
 in ``claims.yaml``): each names the paper, the sentence it comes from, two systems, a metric
-(top-k retrieval accuracy, or ``em``: the reader's exact match, DPR's Table 4) and the expected
-direction. ``resolve_claims`` turns the systems into runs of a config (a run, train set,
-dataset and split, i.e. one per-question file of ``drpipe evaluate`` or ``drpipe reader
-predict``), or into the reason a claim cannot be tested. ``evaluate_claims`` reads the
+(top-k retrieval accuracy, or ``em``: the reader's exact match, DPR's Table 4), the expected
+direction and its family. ``resolve_claims`` turns the systems into runs of a config (a run,
+train set, dataset and split, i.e. one per-question file of ``drpipe evaluate`` or ``drpipe
+reader predict``), or into the reason a claim cannot be tested. ``evaluate_claims`` reads the
 per-question outcomes of both systems (first-hit ranks; exact match), pairs them by question
 and computes
 
 - the difference of top-k accuracy or EM (percentage points), a paired bootstrap over questions
-  (``resamples`` resamples with a fixed seed per claim: percentile 95% interval and a two-sided
-  p-value from the bootstrap distribution centred on the null),
+  (``resamples`` resamples with a fixed seed per claim: percentile 95% interval, a two-sided
+  p-value from the bootstrap distribution centred on the null and, for a claim with a margin,
+  the one-sided percentile p-values against it),
 - the exact McNemar test on the discordant questions (a hit and b miss, or the reverse),
-- a verdict: holds, reversed, not significant, or not tested (with the reason).
+- the claim's own p (``p_test``: two-sided for a directional claim, non-inferiority or TOST
+  against the margin otherwise) and Holm's adjustment of it within the claim's family
+  (``leak-free`` and ``oracle`` apart: an oracle run saw the test answers),
+- a verdict decided on the Holm-adjusted p (``drpipe.claims.stats``): holds, reversed, not
+  significant (directional), not shown (a margin claim whose interval is too wide), or not
+  tested (with the reason),
+- the run it came from: commit, scale and config hash (``run_commit``, ``run_scale``,
+  ``run_config_hash``) from the results folder's provenance record.
 
-The package: ``stats``, the paired statistics; ``systems``, one system spec resolved against a
-config; ``agreement``, two runs' verdicts compared claim by claim (``drpipe claims-agreement``);
-``claims.yaml``, the format's shared defaults. This module holds the claims as data, their
-resolution, the claims table and the ``claims`` subcommand.
+``restate`` recomputes the verdicts of a stored claims table (an earlier run whose results
+folder is gone) under these rules from the counts it carries. The rules for readers are in
+docs/claims.md.
+
+The package: ``stats``, the paired statistics and verdicts; ``systems``, one system spec
+resolved against a config; ``agreement``, two runs' verdicts compared claim by claim
+(``drpipe claims-agreement``); ``claims.yaml``, the format's shared defaults. This module holds
+the claims as data, their resolution, the claims table and the ``claims`` subcommand.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
+import math
 import os
 from collections.abc import Iterable, Sequence
 from importlib import resources
@@ -36,8 +50,17 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from drpipe.claims.stats import claim_seed, holm, mcnemar_exact, paired_bootstrap, verdict
-from drpipe.claims.systems import metrics_json, per_question_file, resolve_scope, resolve_system
+from drpipe.claims.stats import (
+    MARGINAL,
+    TESTS,
+    claim_seed,
+    decisive_p,
+    holm,
+    mcnemar_exact,
+    paired_bootstrap,
+    verdict,
+)
+from drpipe.claims.systems import per_question_file, resolve_scope, resolve_system
 from drpipe.cliutil import add_cfg
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, read_json
@@ -47,10 +70,12 @@ log = logging.getLogger(__name__)
 
 # Read at run time: part of the code hash of every rule that imports this module.
 PACKAGE_DATA = ("claims/claims.yaml", "papers/*/claims.yaml")
-EXPECT = ("greater", "less", "not_greater")
-VERDICTS = ("holds", "reversed", "not significant", "not tested")
-SYSTEM_KEYS = {"run", "method", "hybrid", "paper_row", "overrides", "key", "pick", "requires",
-               "among", "by"}  # fmt: skip
+EXPECT = ("greater", "less", *MARGINAL)
+VERDICTS = ("holds", "reversed", "not significant", "not shown", "not tested")
+# Families of the Holm adjustment and of the tallies: an oracle run saw the test answers.
+FAMILIES = ("leak-free", "oracle")
+SYSTEM_KEYS = {"run", "method", "hybrid", "paper_row", "overrides", "key", "pick", "requires"}
+UNRECORDED = "unrecorded"
 EM = "em"  # the metric of end-to-end claims: per-question exact match of the reader
 CLAIM_KEYS = {
     "id",
@@ -63,10 +88,13 @@ CLAIM_KEYS = {
     "metric",
     "contrast",
     "expect",
+    "margin",
+    "family",
 }
 COLUMNS = [
     "id",
     "paper",
+    "family",
     "source",
     "sentence",
     "system_a",
@@ -80,6 +108,8 @@ COLUMNS = [
     "metric",
     "contrast",
     "expect",
+    "test",
+    "margin",
     "n_questions",
     "value_a",
     "value_b",
@@ -87,13 +117,18 @@ COLUMNS = [
     "ci_low",
     "ci_high",
     "p_bootstrap",
+    "p_test",
     "p_mcnemar",
     "a_only",
     "b_only",
     "p_holm",
     "verdict",
     "reason",
+    "run_commit",
+    "run_scale",
+    "run_config_hash",
 ]
+PROVENANCE = ("run_commit", "run_scale", "run_config_hash")
 
 
 # --------------------------------------------------------------------------- claims as data
@@ -107,25 +142,19 @@ def _metric_k(value: Any, where: str) -> int:
 
 
 def _check_system(spec: Any, where: str, at: str) -> None:
-    if not isinstance(spec, dict) or not ({"run", "method", "among"} & set(spec)):
-        raise InputError(where, at, "a system needs 'run', 'method' or 'among'")
+    if not isinstance(spec, dict) or not ({"run", "method"} & set(spec)):
+        raise InputError(where, at, "a system needs 'run' or 'method'")
     if set(spec) - SYSTEM_KEYS:
         raise InputError(where, at, f"unknown keys {sorted(set(spec) - SYSTEM_KEYS)}")
     if spec.get("pick", "max") not in ("max", "min"):
         raise InputError(where, at, "'pick' is max or min")
-    if "among" in spec:
-        # Pick, among several systems, the one whose retrieval is best (max) or worst (min).
-        if not isinstance(spec["among"], list) or len(spec["among"]) < 2:
-            raise InputError(where, at, "'among' lists two or more systems")
-        if "pick" not in spec or "by" not in spec:
-            raise InputError(where, at, "'among' needs 'by' (top<k>) and 'pick' (max|min)")
-        _metric_k(spec["by"], where)
-        for i, inner in enumerate(spec["among"]):
-            if isinstance(inner, dict) and "among" in inner:
-                raise InputError(where, f"{at}.among[{i}]", "'among' does not nest")
-            _check_system(inner, where, f"{at}.among[{i}]")
-    elif ("key" in spec) != ("pick" in spec):
+    if ("key" in spec) != ("pick" in spec):
         raise InputError(where, at, "'key' and 'pick' (max|min) go together")
+
+
+def family_of(claim: dict) -> str:
+    """The claim's family (``leak-free`` unless it says ``oracle``)."""
+    return str(claim.get("family") or FAMILIES[0])
 
 
 def validate_claims(doc: Any, where: str = "drpipe/claims/claims.yaml") -> tuple[dict, list[dict]]:
@@ -154,6 +183,21 @@ def validate_claims(doc: Any, where: str = "drpipe/claims/claims.yaml") -> tuple
             raise InputError(where, at, f"expect '{claim['expect']}' is not one of {EXPECT}")
         if claim["metric"] != EM:
             _metric_k(claim["metric"], where)
+        if claim.get("family", FAMILIES[0]) not in FAMILIES:
+            raise InputError(where, at, f"family '{claim['family']}' is not one of {FAMILIES}")
+        systems = json.dumps([claim["a"], claim["b"]], sort_keys=True)
+        if "oracle" in systems and family_of(claim) != "oracle":
+            raise InputError(
+                where, at, "a system names an oracle run: the claim's family is oracle"
+            )
+        margin = claim.get("margin")
+        if claim["expect"] in MARGINAL:
+            if not isinstance(margin, (int, float)) or isinstance(margin, bool) or margin <= 0:
+                raise InputError(
+                    where, at, f"expect {claim['expect']} needs 'margin' (points, > 0)"
+                )
+        elif margin is not None:
+            raise InputError(where, at, f"'margin' is for {MARGINAL} claims, not {claim['expect']}")
         if claim.get("contrast") is not None:
             if claim["metric"] == EM:
                 raise InputError(where, at, "'contrast' is for top-k metrics, not em")
@@ -213,18 +257,13 @@ def resolve_claims(config: dict, claims: Sequence[dict] | None = None) -> list[d
 
 
 def claim_inputs(resolved: Iterable[dict], results: str = "results") -> list[str]:
-    """Per-question files of every claim whose two systems the config defines (rule inputs);
-    a system picked among several by retrieval accuracy needs each one's files and metrics."""
+    """Per-question files of every claim whose two systems the config defines (rule inputs)."""
     files = []
     for entry in resolved:
         if entry["a"] and entry["b"]:
             metric = entry.get("metric", "")
             for side in ("a", "b"):
-                system = entry[side]
-                for one in system.get("among") or [system]:
-                    files.append(str(per_question_file(results, one, entry["scope"], metric)))
-                    if "among" in system:
-                        files.append(str(metrics_json(results, one, entry["scope"])))
+                files.append(str(per_question_file(results, entry[side], entry["scope"], metric)))
     return sorted(set(files))
 
 
@@ -253,33 +292,14 @@ def _hits(ranks: np.ndarray, k: int) -> np.ndarray:
     return np.nan_to_num(ranks, nan=np.inf) <= k
 
 
-def _pick(system: dict, scope: dict, results: str | Path) -> tuple[dict | None, str]:
-    """The system of ``among`` with the best (``pick: max``) or worst top-k accuracy in the
-    results, and a note naming the candidates' accuracies; (None, reason) when one's metrics
-    are missing or the candidates tie."""
-    by = system["by"]
-    k = str(_metric_k(by, "claims"))
-    scored = []
-    for one in system["among"]:
-        path = metrics_json(results, one, scope)
-        if not path.is_file():
-            return None, f"not in the results: {os.path.relpath(path, Path(results).parent)}"
-        scored.append((float(read_json(path)["top_k"][k]), one))
-    values = [v for v, _ in scored]
-    target = max(values) if system["pick"] == "max" else min(values)
-    if values.count(target) > 1:
-        return None, f"the candidates tie at {by} = {target:.2f}: no single {system['pick']}"
-    value, chosen = next(x for x in scored if x[0] == target)
-    listed = ", ".join(f"{o['label']} {v:.2f}" for v, o in scored)
-    return {**chosen, "label": f"{chosen['label']} ({system['pick']} {by}: {listed})"}, ""
-
-
 def evaluate_claim(claim: dict, entry: dict, results: str | Path, defaults: dict) -> dict[str, Any]:
-    """One row of the claims table (statistics, or the reason the claim is not tested)."""
+    """One row of the claims table (statistics, or the reason the claim is not tested); its
+    Holm p and verdict are set over the family by ``decide``."""
     scope = entry["scope"]
     row: dict[str, Any] = {
         "id": claim["id"],
         "paper": claim["paper"],
+        "family": family_of(claim),
         "source": claim["source"],
         "sentence": claim["sentence"],
         "system_a": (entry["a"] or {}).get("label", json.dumps(claim["a"], sort_keys=True)),
@@ -293,24 +313,15 @@ def evaluate_claim(claim: dict, entry: dict, results: str | Path, defaults: dict
         "metric": claim["metric"],
         "contrast": claim.get("contrast") or "",
         "expect": claim["expect"],
+        "test": TESTS[claim["expect"]],
+        "margin": claim.get("margin"),
         "verdict": "not tested",
         "reason": entry["reason"],
     }
     if entry["reason"]:
         return row
     metric = claim["metric"]
-    systems = {}
-    for side in ("a", "b"):
-        system = entry[side]
-        if "among" in system:
-            system, why = _pick(system, scope, results)
-            if system is None:
-                row["reason"] = f"system {side}: {why}"
-                return row
-            row[f"system_{side}"] = system["label"]
-            row[f"run_{side}"] = system["run"]
-            row[f"train_set_{side}"] = system["train_set"]
-        systems[side] = system
+    systems = {side: entry[side] for side in ("a", "b")}
     if systems["a"]["run"] == systems["b"]["run"]:
         row["reason"] = f"both systems are {systems['a']['run']}"
         return row
@@ -342,19 +353,12 @@ def evaluate_claim(claim: dict, entry: dict, results: str | Path, defaults: dict
         k2 = _metric_k(claim["contrast"], "claims")
         values = values - (_hits(a, k2).astype(np.int8) - _hits(b, k2).astype(np.int8))
         notes.append(f"diff = (a - b) at {claim['metric']} minus (a - b) at {claim['contrast']}")
-    boot = paired_bootstrap(
-        values, int(defaults["resamples"]), claim_seed(int(defaults["seed"]), claim["id"])
-    )
+    row.update(_tested(claim, values, defaults))
     row.update(
         {
             "n_questions": len(common),
             "value_a": round(100.0 * ha.mean(), 2),
             "value_b": round(100.0 * hb.mean(), 2),
-            "diff": round(100.0 * boot["mean"], 2),
-            "ci_low": round(100.0 * boot["ci_low"], 2),
-            "ci_high": round(100.0 * boot["ci_high"], 2),
-            "p_bootstrap": boot["p"],
-            "verdict": verdict(claim["expect"], boot["mean"], boot["p"], float(defaults["alpha"])),
             "reason": "; ".join(notes),
         }
     )
@@ -364,15 +368,82 @@ def evaluate_claim(claim: dict, entry: dict, results: str | Path, defaults: dict
     return row
 
 
+def _tested(claim: dict, values: np.ndarray, defaults: dict) -> dict[str, Any]:
+    """The bootstrap columns of a tested claim, and the unrounded figures ``decide`` reads."""
+    margin = claim.get("margin")
+    boot = paired_bootstrap(
+        values,
+        int(defaults["resamples"]),
+        claim_seed(int(defaults["seed"]), claim["id"]),
+        margin=None if margin is None else float(margin) / 100.0,
+    )
+    return {
+        "diff": round(100.0 * boot["mean"], 2),
+        "ci_low": round(100.0 * boot["ci_low"], 2),
+        "ci_high": round(100.0 * boot["ci_high"], 2),
+        "p_bootstrap": boot["p"],
+        "p_test": decisive_p(claim["expect"], boot),
+        "_exact": (100.0 * boot["mean"], 100.0 * boot["ci_low"], 100.0 * boot["ci_high"]),
+    }
+
+
+def decide(rows: list[dict], alpha: float) -> None:
+    """Holm's adjustment of ``p_test`` within each family of tested rows, and each row's verdict
+    from it (in place)."""
+    for family in dict.fromkeys(r["family"] for r in rows):
+        tested = [r for r in rows if r["family"] == family and _num(r.get("p_test")) is not None]
+        for row, adjusted in zip(tested, holm([r["p_test"] for r in tested]), strict=True):
+            mean, low, high = row.get("_exact") or (row["diff"], row["ci_low"], row["ci_high"])
+            margin = _num(row.get("margin"))
+            row["p_holm"] = adjusted
+            row["verdict"] = verdict(row["expect"], mean, adjusted, alpha, (low, high), margin)
+
+
+def _num(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(out) else out
+
+
+def tallies(frame: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """Verdict counts per family: {"leak-free": {"holds": 9, ...}, "oracle": {...}}."""
+    return {
+        family: {str(k): int(v) for k, v in group["verdict"].value_counts().items()}
+        for family, group in frame.groupby("family", sort=False)
+    }
+
+
+def _frame(rows: list[dict], identity: dict[str, str]) -> pd.DataFrame:
+    frame = pd.DataFrame.from_records(
+        [{**row, **identity} if not row.get("run_commit") else row for row in rows],
+        columns=COLUMNS,
+    )
+    for col in ("n_questions", "a_only", "b_only"):
+        frame[col] = frame[col].astype("Int64")
+    return frame
+
+
 def evaluate_claims(
     resolved: Sequence[dict],
     results: str | Path,
     claims: Sequence[dict] | None = None,
     defaults: dict | None = None,
+    identity: dict[str, str] | None = None,
 ) -> pd.DataFrame:
-    """The claims table: one row per declared claim, tested or with its reason."""
+    """The claims table: one row per declared claim, tested or with its reason, each with the
+    run it came from (``identity``; by default the results folder's provenance record)."""
     if claims is None or defaults is None:
         defaults, claims = load_claims()
+    rows = _evaluate_rows(resolved, results, claims, defaults)
+    decide(rows, float(defaults["alpha"]))
+    return _frame(rows, run_identity(results) if identity is None else identity)
+
+
+def _evaluate_rows(
+    resolved: Sequence[dict], results: str | Path, claims: Sequence[dict], defaults: dict
+) -> list[dict]:
     by_id = {e["id"]: e for e in resolved}
     rows = []
     for claim in claims:
@@ -380,18 +451,53 @@ def evaluate_claims(
         if entry is None:
             entry = {"scope": {}, "a": None, "b": None, "note": "", "reason": "not resolved"}
         rows.append(evaluate_claim(claim, entry, results, defaults))
-    frame = pd.DataFrame.from_records(rows, columns=COLUMNS)
-    tested = frame["p_bootstrap"].notna()
-    if tested.any():
-        frame.loc[tested, "p_holm"] = holm(frame.loc[tested, "p_bootstrap"].tolist())
-    for col in ("n_questions", "a_only", "b_only"):
-        frame[col] = frame[col].astype("Int64")
-    return frame
+    return rows
 
 
 def write_claims(frame: pd.DataFrame, path: str | Path) -> None:
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False, float_format="%.6g")
+
+
+# --------------------------------------------------------------------------- provenance
+
+
+def config_hash(config: dict) -> str:
+    """sha256 (16 hex digits) of a config as the provenance record holds it (sorted JSON)."""
+    text = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def run_identity(results: str | Path, config: dict | None = None) -> dict[str, str]:
+    """Commit, scale and config hash of the run a results folder holds: from its provenance
+    record (``code.commit``, with "+dirty" when the tree had changes; ``scale``; the hash of
+    ``config``). Without a record (a run still going, ``config`` given): the working tree's
+    commit and the hash of ``config`` as the record will hold it; otherwise "unrecorded"."""
+    path = Path(results) / "provenance.json"
+    if path.is_file():
+        record = read_json(path)
+        code = record.get("code") or {}
+        commit = code.get("commit") or UNRECORDED
+        if code.get("dirty"):
+            commit += "+dirty"
+        return {
+            "run_commit": commit,
+            "run_scale": str(record.get("scale") or UNRECORDED),
+            "run_config_hash": config_hash(record["config"]) if "config" in record else UNRECORDED,
+        }
+    if config is None:
+        return dict.fromkeys(PROVENANCE, UNRECORDED)
+    # lazy: the schema's plug-ins import every paper
+    from drpipe.config import result_config
+    from drpipe.provenance import git_state
+
+    state = git_state(Path.cwd())
+    commit = state["commit"] or UNRECORDED
+    return {
+        "run_commit": commit + ("+dirty" if state["dirty"] else "") + " (run not finished)",
+        "run_scale": str(config.get("scale") or UNRECORDED),
+        "run_config_hash": config_hash(result_config(config)),
+    }
 
 
 def recorded_config(results: str | Path) -> dict:
@@ -400,6 +506,83 @@ def recorded_config(results: str | Path) -> dict:
     if not path.is_file():
         raise InputError(path, None, "no provenance record: run the workflow's `all` target")
     return read_json(path)["config"]
+
+
+# --------------------------------------------------------------------------- stored tables
+
+
+def restate(
+    path: str | Path,
+    identity: dict[str, str],
+    claims: Sequence[dict] | None = None,
+    defaults: dict | None = None,
+) -> tuple[list[dict], list[str]]:
+    """The tested rows of a stored claims table (an earlier run, ``identity`` its commit, scale
+    and config hash) with their statistics recomputed under the current rules, and the ids of
+    its rows that are no longer declared (left out).
+
+    A row with ``a_only``, ``b_only`` and ``n_questions`` (no ``contrast``) fixes its
+    per-question differences (+1 a_only times, -1 b_only times, 0 otherwise), so the paired
+    bootstrap is rerun exactly, with the claim's seed; the recomputed difference, interval and
+    two-sided p must equal the stored ones, or this raises. A contrast row (a difference of
+    gains: the counts are not stored) is directional and keeps its stored two-sided p. Holm
+    and verdicts are set by ``decide`` over the table the rows join."""
+    if claims is None or defaults is None:
+        defaults, claims = load_claims()
+    by_id = {c["id"]: c for c in claims}
+    stored = pd.read_csv(path)
+    rows, dropped = [], []
+    for rec in stored.to_dict("records"):
+        claim = by_id.get(rec["id"])
+        if claim is None:
+            dropped.append(str(rec["id"]))
+            continue
+        if _num(rec.get("p_bootstrap")) is None:
+            continue  # not tested in that run
+        row = {k: rec.get(k) for k in COLUMNS if k in rec}
+        row.update(
+            {
+                "family": family_of(claim),
+                "expect": claim["expect"],
+                "test": TESTS[claim["expect"]],
+                "margin": claim.get("margin"),
+                "contrast": claim.get("contrast") or "",
+                **identity,
+            }
+        )
+        note = (
+            f"restated from the counts stored in {Path(path).name} (run {identity['run_commit']})"
+        )
+        if claim.get("contrast") or _num(rec.get("a_only")) is None:
+            if claim["expect"] in MARGINAL:
+                raise InputError(path, rec["id"], "a margin claim needs its a_only/b_only counts")
+            row["p_test"] = float(rec["p_bootstrap"])
+            note = f"verdict restated from the stored p of {Path(path).name} (run {identity['run_commit']})"
+        else:
+            n, a_only, b_only = (int(rec[k]) for k in ("n_questions", "a_only", "b_only"))
+            values = np.array([1] * a_only + [-1] * b_only + [0] * (n - a_only - b_only))
+            redone = _tested(claim, values, defaults)
+            for key in ("diff", "ci_low", "ci_high", "p_bootstrap"):
+                if not math.isclose(redone[key], float(rec[key]), rel_tol=1e-5, abs_tol=1e-9):
+                    raise InputError(
+                        path,
+                        rec["id"],
+                        f"{key} {rec[key]} is not what its counts give ({redone[key]})",
+                    )
+            row.update(redone)
+        reason = "" if pd.isna(rec.get("reason")) else str(rec.get("reason") or "")
+        row["reason"] = "; ".join(x for x in (reason, note) if x)
+        rows.append(row)
+    return rows, dropped
+
+
+def parse_identity(text: str) -> dict[str, str]:
+    """``COMMIT,SCALE[,CONFIG_HASH]`` (the run a stored table came from) as identity columns."""
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) not in (2, 3) or not all(parts):
+        raise SystemExit(f"error: --table-run is COMMIT,SCALE[,CONFIG_HASH], not {text!r}")
+    parts += [UNRECORDED] * (3 - len(parts))
+    return dict(zip(PROVENANCE, parts, strict=True))
 
 
 def config_from(configfile: str | Path, values: Sequence[str]) -> dict:
@@ -420,23 +603,51 @@ def config_from(configfile: str | Path, values: Sequence[str]) -> dict:
 
 def _cmd(args: argparse.Namespace) -> int:
     defaults, claims = load_claims()
-    cfg = args.cfg
-    if "resolved" in cfg:
-        resolved = cfg["resolved"]
-    elif args.config is not None:
-        resolved = resolve_claims(config_from(args.configfile, args.config), claims)
-    else:
-        resolved = resolve_claims(recorded_config(args.results), claims)
-    frame = evaluate_claims(resolved, args.results, claims, defaults)
+    alpha = float(defaults["alpha"])
+    rows: list[dict] = []
+    if args.results is not None or args.from_table is None:
+        results = args.results or "results"
+        cfg = args.cfg
+        config = None
+        if "resolved" in cfg:
+            resolved = cfg["resolved"]
+        elif args.config is not None:
+            config = config_from(args.configfile, args.config)
+            resolved = resolve_claims(config, claims)
+        else:
+            resolved = resolve_claims(recorded_config(results), claims)
+        identity = run_identity(results, config)
+        rows = [{**r, **identity} for r in _evaluate_rows(resolved, results, claims, defaults)]
+    if args.from_table is not None:
+        if args.table_run is None:
+            raise SystemExit("error: --from-table needs --table-run COMMIT,SCALE[,CONFIG_HASH]")
+        stored, dropped = restate(args.from_table, parse_identity(args.table_run), claims, defaults)
+        if dropped:
+            log.info("claims: %s no longer declared: left out", ", ".join(dropped))
+        tested = {r["id"] for r in rows if _num(r.get("p_test")) is not None}
+        by_id = {r["id"]: r for r in stored}
+        if rows:
+            rows = [
+                r if r["id"] in tested or r["id"] not in by_id else by_id[r["id"]] for r in rows
+            ]
+        else:
+            declared = [c["id"] for c in claims]
+            rows = [by_id[i] for i in declared if i in by_id]
+    decide(rows, alpha)
+    frame = _frame(rows, {})
     write_claims(frame, args.out)
-    counts = frame["verdict"].value_counts().to_dict()
-    log.info("claims: %s -> %s", ", ".join(f"{v} {k}" for k, v in counts.items()), args.out)
+    for family, counts in tallies(frame).items():
+        log.info("claims, %s: %s", family, ", ".join(f"{v} {k}" for k, v in counts.items()))
+    log.info("claims -> %s", args.out)
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("claims", help="test the papers' claims with paired statistics")
-    p.add_argument("--results", default="results", help="results folder (metrics/ under it)")
+    p.add_argument(
+        "--results", default=None,
+        help="results folder (metrics/ under it; default results, none with --from-table)",
+    )  # fmt: skip
     p.add_argument("--out", required=True, help="claims CSV to write")
     add_cfg(p)  # {"resolved": [...]} from the rule; without it, the recorded config is used
     p.add_argument(
@@ -446,4 +657,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "whose runs are not finished are listed as not tested",
     )  # fmt: skip
     p.add_argument("--configfile", default="config.yaml", help="the workflow's config.yaml")
+    p.add_argument(
+        "--from-table", metavar="CSV",
+        help="a stored claims table of an earlier run: its tested rows, restated under the "
+        "current rules from the counts they carry, fill the claims --results does not test "
+        "(all of them without --results)",
+    )  # fmt: skip
+    p.add_argument(
+        "--table-run", metavar="COMMIT,SCALE[,CONFIG_HASH]",
+        help="the run --from-table came from (its provenance columns; hash 'unrecorded' if "
+        "not given)",
+    )  # fmt: skip
     p.set_defaults(func=_cmd)

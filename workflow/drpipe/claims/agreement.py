@@ -7,7 +7,8 @@ claim id, with each run's verdict and difference and one of
 - ``not comparable``: tested in some runs only (the others' reason is kept);
 - ``not tested``: tested in none.
 
-Claims a table lacks (an older run's file) count as not tested there."""
+Claims a table lacks (an older run's file) count as not tested there. The ``family`` column
+(leak-free or oracle, issue 43) is carried from the tables that have one."""
 
 from __future__ import annotations
 
@@ -47,6 +48,10 @@ def agreement(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     rows = []
     for cid in ids:
         row: dict[str, object] = {"id": cid}
+        families = [str(t.loc[cid, "family"]) for t in tables.values()
+                    if "family" in t.columns and cid in t.index]  # fmt: skip
+        if families:  # leak-free or oracle (tables older than issue 43 have no family)
+            row["family"] = families[0]
         verdicts = []
         for label, table in tables.items():
             rec = table.loc[cid] if cid in table.index else None
@@ -86,8 +91,13 @@ def _cell(row: pd.Series, label: str) -> str:
     return text + (f"; Holm p {holm:.2g})" if holm is not None and not pd.isna(holm) else ")")
 
 
+def _claim(row: pd.Series) -> str:
+    """The claim's id, marked when it is in the oracle family (the test answers were seen)."""
+    return f"{row['id']} (oracle)" if row.get("family") == "oracle" else str(row["id"])
+
+
 def render(frame: pd.DataFrame, labels: list[str]) -> str:
-    rows = [[row["id"], *(_cell(row, label) for label in labels), row["agreement"]]
+    rows = [[_claim(row), *(_cell(row, label) for label in labels), row["agreement"]]
             for _, row in frame.iterrows()]  # fmt: skip
     counts = frame["agreement"].value_counts().to_dict()
     summary = ", ".join(f"{k}: {counts[k]}" for k in ("agree", "differ", "not comparable",

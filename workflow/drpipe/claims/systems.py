@@ -83,19 +83,9 @@ def _fill(template: str, config: dict) -> tuple[str, str]:
 
 
 def resolve_system(spec: dict, config: dict, scope: dict) -> tuple[dict | None, str]:
-    """The run a system spec names under ``config``, or (None, the reason it has none). An
-    ``among`` spec resolves each of its systems; which one it is is decided on the results
-    (``drpipe.claims``: by their top-k accuracy)."""
-    if "among" in spec:
-        among = []
-        for inner in spec["among"]:
-            system, why = resolve_system({**inner, **_outer(spec)}, config, scope)
-            if system is None:
-                return None, why
-            among.append(system)
-        labels = ", ".join(s["label"] for s in among)
-        label = f"the {spec['by']} {spec['pick']} of {labels}"
-        return {"among": among, "by": spec["by"], "pick": spec["pick"], "label": label}, ""
+    """The run a system spec names under ``config``, or (None, the reason it has none). A
+    system is named by the config alone, never picked by its accuracy on the results (which
+    are the test questions'): see docs/claims.md."""
     for dotted, want in (spec.get("requires") or {}).items():
         have = _dig(config, dotted)
         if have is None or (want not in have if isinstance(have, list) else have != want):
@@ -170,11 +160,6 @@ def resolve_system(spec: dict, config: dict, scope: dict) -> tuple[dict | None, 
     return {**out, "run": method, "label": method}, ""
 
 
-def _outer(spec: dict) -> dict:
-    """What an ``among`` spec passes to each of its systems (its ``requires``)."""
-    return {"requires": spec["requires"]} if "requires" in spec else {}
-
-
 def per_question_file(results: str | Path, system: dict, scope: dict, metric: str = "") -> Path:
     """Where a system's per-question outcomes are: ``drpipe evaluate``'s first-hit ranks, or
     for ``metric`` "em" the answers of ``drpipe reader predict`` (exact match per question)."""
@@ -182,9 +167,3 @@ def per_question_file(results: str | Path, system: dict, scope: dict, metric: st
     name = f"{scope['dataset']}-{scope['split']}"
     name += ".parquet" if metric == "em" else ".per_question.parquet"
     return base / system["run"] / system["train_set"] / name
-
-
-def metrics_json(results: str | Path, system: dict, scope: dict) -> Path:
-    """Where ``drpipe evaluate`` writes a system's top-k accuracy."""
-    name = f"{scope['dataset']}-{scope['split']}.json"
-    return Path(results) / "metrics" / system["run"] / system["train_set"] / name
