@@ -23,12 +23,18 @@ PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.drpipe-installed
 
-export HF_HUB_OFFLINE := 1
-export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 # Absolute, so that a relative mirror (../shared/data) still resolves under `--directory`.
 override DATA_MIRROR := $(if $(DATA_MIRROR),$(abspath $(DATA_MIRROR)))
 export DATA_MIRROR
+# Hugging Face offline (no hub look-up: models are local or packaged) with a data mirror (no
+# internet; CI sets one) or OFFLINE=1; else a hub id such as encoder.init: bert-base-uncased
+# downloads (docs/encoders.md). OFFLINE=0 keeps the hub reachable beside a mirror.
+OFFLINE ?= $(if $(DATA_MIRROR),1,0)
+ifeq ($(OFFLINE),1)
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+endif
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: help install run test lint format bench clean squad audit claims rehearse estimate verify
@@ -45,6 +51,7 @@ help:
 	@echo "make lint | format | install | clean"
 	@echo "Variables: SCALE=squad TARGET=results/... CONFIG='key=value ...' CORES=N"
 	@echo "           SNAKEMAKE_ARGS=-n DATA_MIRROR=../shared/data PYTEST_ARGS=..."
+	@echo "           OFFLINE=1 (no Hugging Face hub; the default with DATA_MIRROR)"
 
 install: $(STAMP)
 

@@ -227,8 +227,10 @@ def problems(config: dict) -> list[str]:
                     f"corpus, but corpus.documents '{doc['name']}' takes all of them; set "
                     "reader.warm_start: null (or sample that source's articles)"
                 )
+    from drpipe.encoder_settings import problems as encoder_problems
     from drpipe.papers import papers
 
+    out += encoder_problems(config)
     for p in papers():
         if p.file("checks.py"):
             out += importlib.import_module(f"{p.module}.checks").check_config(config)

@@ -259,7 +259,7 @@ def encode_queries(
     vecs = encode_texts(
         model.query.to(device), model.tokenizer, [q["question"] for q in rows],
         batch_size=int(cfg["batch_size"]), max_length=model.max_query_len,
-        bf16=precision.path == "bf16", device=device,
+        bf16=precision.path == "bf16", device=device, fmt=model.text,
     )  # fmt: skip
     seconds = time.perf_counter() - t0
     with atomic_path(out) as tmp_vec, atomic_path(ids_path_for(out)) as tmp_ids:

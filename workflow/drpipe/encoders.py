@@ -5,8 +5,12 @@ plus its tokenizer, loadable with ``transformers.AutoModel.from_pretrained``; a 
 special tokens are in the tokenizer and the resized embeddings) and ``drpipe_encoder.json``:
 pooling, tied, the maximum query and passage lengths (the one place encoding and retrieval read
 them from), and the method that trained it (name and its cfg), which says how the model is
-used: which corpus units get vectors and how retrieved units become passages. Queries are tokenised alone; passages as
-the pair (title, text), i.e. ``[CLS] title [SEP] text [SEP]`` as in DPR.
+used: which corpus units get vectors and how retrieved units become passages; and how text
+becomes a vector (``drpipe.encoder_settings``): pooling (cls | mean | max), normalize, the query
+and passage prefixes, and how a title joins its text. Queries are tokenised alone; passages by
+default as the pair (title, text), i.e. ``[CLS] title [SEP] text [SEP]`` as in DPR, or as one
+text ``title + title_sep + text`` (``title: concat``). A model directory saved before these
+settings loads with the defaults (no normalisation, no prefixes, the pair).
 
 Which precision a pass runs at is ``drpipe.precision``'s to decide; here it runs: bf16 by
 ``autocast``, int8 by ``BiEncoder.for_inference`` (``drpipe.quantize``).
@@ -14,11 +18,11 @@ Which precision a pass runs at is ``drpipe.precision``'s to decide; here it runs
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +30,21 @@ import numpy as np
 import torch
 from torch import nn
 
+from drpipe.encoder_settings import (  # noqa: F401 (resolve_init: imported from here too)
+    META_DEFAULTS,
+    PACKAGED_PREFIX,
+    POOLINGS,
+    TEXT_DEFAULTS,
+    resolve_init,
+    resolve_pooling,
+)
 from drpipe.errors import InputError
 from drpipe.io import progress
 from drpipe.quantize import quantize_int8
 
 log = logging.getLogger(__name__)
 
-PACKAGED_PREFIX = "packaged:"
 META_FILE = "drpipe_encoder.json"
-POOLINGS = ("cls", "mean")
 HIDDEN = ("last_hidden_state",)  # what an encoder's int8 copy returns (Encoder.hidden_states)
 # Config attributes that hold dropout probabilities across HF architectures.
 DROPOUT_ATTRS = (
@@ -43,22 +53,6 @@ DROPOUT_ATTRS = (
     "dropout",
     "attention_dropout",
 )
-
-
-def resolve_init(name: str) -> str:
-    """``"packaged:PKG"`` -> ``<site-packages>/PKG/model``; anything else (HF id, path) as given."""
-    if not name.startswith(PACKAGED_PREFIX):
-        return name
-    pkg = name[len(PACKAGED_PREFIX) :]
-    spec = importlib.util.find_spec(pkg)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"encoder init {name!r}: Python package {pkg!r} is not installed")
-    model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(
-            f"encoder init {name!r}: no model/config.json in {model_dir.parent}"
-        )
-    return str(model_dir)
 
 
 def select_device() -> torch.device:
@@ -73,15 +67,37 @@ def autocast(device: torch.device, enabled: bool):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=enabled)
 
 
-class Encoder(nn.Module):
-    """A transformer encoder whose output is one vector per input ("cls" or "mean" pooling)."""
+@dataclass(frozen=True)
+class TextFormat:
+    """What an encoder is fed: prefixes before questions and passages, and how a passage's
+    title joins its text (``pair`` | ``concat`` with ``title_sep`` | ``none``)."""
 
-    def __init__(self, model: nn.Module, pooling: str = "cls"):
+    query_prefix: str = TEXT_DEFAULTS["query_prefix"]
+    passage_prefix: str = TEXT_DEFAULTS["passage_prefix"]
+    title: str = TEXT_DEFAULTS["title"]
+    title_sep: str = TEXT_DEFAULTS["title_sep"]
+
+    def __post_init__(self):
+        if self.title not in ("pair", "concat", "none"):
+            raise ValueError(f"title must be pair, concat or none, not {self.title!r}")
+
+    @classmethod
+    def of(cls, settings: dict[str, Any]) -> TextFormat:
+        """From a cfg or meta dict (missing keys: the defaults)."""
+        return cls(**{k: settings.get(k, v) for k, v in TEXT_DEFAULTS.items()})
+
+
+class Encoder(nn.Module):
+    """A transformer encoder whose output is one vector per input ("cls", "mean" or "max"
+    pooling; unit length with ``normalize``)."""
+
+    def __init__(self, model: nn.Module, pooling: str = "cls", normalize: bool = False):
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
         self.model = model
         self.pooling = pooling
+        self.normalize = bool(normalize)
 
     @classmethod
     def from_pretrained(
@@ -90,6 +106,7 @@ class Encoder(nn.Module):
         pooling: str = "cls",
         dropout: float | None = None,
         grad_checkpointing: bool = False,
+        normalize: bool = False,
     ) -> Encoder:
         # lazy: transformers costs ~1 s; the methods (and so the Snakefile) import this module
         from transformers import AutoConfig, AutoModel
@@ -103,7 +120,7 @@ class Encoder(nn.Module):
         # precision checkpoint as half (dtype "auto"), which would train and encode in fp16/bf16
         # without autocast (and without the fp32 path). Upcasting after loading is exact.
         model = AutoModel.from_pretrained(path, config=config).float()
-        enc = cls(model, pooling)
+        enc = cls(model, pooling, normalize)
         if grad_checkpointing:
             enc.enable_grad_checkpointing()
         return enc
@@ -121,33 +138,64 @@ class Encoder(nn.Module):
     def pool(self, states: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         if self.pooling == "cls":
             return states[:, 0]
+        if self.pooling == "max":  # over the real tokens (padding never wins)
+            pad = attention_mask.unsqueeze(-1) == 0
+            return states.masked_fill(pad, torch.finfo(states.dtype).min).max(1).values
         mask = attention_mask.unsqueeze(-1).to(states.dtype)
         return (states * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.pool(self.hidden_states(batch), batch["attention_mask"])
+        vecs = self.pool(self.hidden_states(batch), batch["attention_mask"])
+        # In fp32 under bf16 autocast too (a unit vector's norm is then 1 to fp32's precision).
+        return nn.functional.normalize(vecs.float(), dim=-1) if self.normalize else vecs
 
 
 def tokenize_queries(
-    tokenizer, questions: Sequence[str], max_length: int
+    tokenizer, questions: Sequence[str], max_length: int, fmt: TextFormat | None = None
 ) -> dict[str, torch.Tensor]:
+    """Each question alone, after ``fmt``'s query prefix."""
+    prefix = fmt.query_prefix if fmt is not None else ""
     return tokenizer(
-        list(questions), truncation=True, max_length=max_length, padding=True, return_tensors="pt"
+        [prefix + q for q in questions],
+        truncation=True,
+        max_length=max_length,
+        padding=True,
+        return_tensors="pt",
     )
 
 
+def passage_inputs(
+    titles: Sequence[str], texts: Sequence[str], fmt: TextFormat | None = None
+) -> tuple[list[str], list[str] | None]:
+    """The tokenizer's (first, second) inputs of passages under ``fmt``: (prefix + title, text)
+    as a pair, else one text per passage (second None)."""
+    fmt = fmt or TextFormat()
+    if fmt.title == "pair":
+        return [fmt.passage_prefix + (t or "") for t in titles], list(texts)
+    if fmt.title == "concat":
+        joined = [f"{t}{fmt.title_sep}{x}" if t else x for t, x in zip(titles, texts, strict=True)]
+        return [fmt.passage_prefix + j for j in joined], None
+    return [fmt.passage_prefix + x for x in texts], None
+
+
 def tokenize_passages(
-    tokenizer, titles: Sequence[str], texts: Sequence[str], max_length: int
+    tokenizer,
+    titles: Sequence[str],
+    texts: Sequence[str],
+    max_length: int,
+    fmt: TextFormat | None = None,
 ) -> dict[str, torch.Tensor]:
-    """``[CLS] title [SEP] text [SEP]``, truncated to ``max_length`` (the text loses tokens first).
+    """``[CLS] title [SEP] text [SEP]``, truncated to ``max_length`` (the text loses tokens first);
+    with ``fmt`` (``TextFormat``) its passage prefix before the title, or one text per passage
+    (``title: concat`` or ``none``).
 
     Segment ids are all 0, as in DPR's code (its encoders are called with zero segments):
     the [SEP] alone marks the title, and an encoder pretrained on single segments (such as
     all-MiniLM-L6-v2) is not fed a segment embedding it never learned.
     """
+    first, second = passage_inputs(titles, texts, fmt)
     batch = tokenizer(
-        [t or "" for t in titles],
-        list(texts),
+        *((first,) if second is None else (first, second)),
         truncation="longest_first",
         max_length=max_length,
         padding=True,
@@ -170,6 +218,7 @@ class BiEncoder(nn.Module):
         max_query_len: int = 64,
         max_passage_len: int = 256,
         init: str | None = None,
+        text: TextFormat | None = None,
     ):
         super().__init__()
         self.query = query
@@ -179,12 +228,17 @@ class BiEncoder(nn.Module):
         self.max_query_len = max_query_len
         self.max_passage_len = max_passage_len
         self.init = init
+        self.text = text or TextFormat()
         # {"name": method, "cfg": its keys}; models saved before methods were recorded: DPR.
         self.method: dict[str, Any] = {"name": "dpr", "cfg": {}}
 
     @property
     def pooling(self) -> str:
         return self.query.pooling
+
+    @property
+    def normalize(self) -> bool:
+        return self.query.normalize
 
     @classmethod
     def from_init(
@@ -198,8 +252,11 @@ class BiEncoder(nn.Module):
         max_passage_len: int = 256,
         grad_checkpointing: bool = False,
         add_tokens: Sequence[str] = (),
+        normalize: bool | None = None,
+        text: TextFormat | None = None,
     ) -> BiEncoder:
-        """Build from a pretrained model (``init`` as in config; ``add_tokens``: e.g. ``<sent>``)."""
+        """Build from a pretrained model (``init`` as in config; ``add_tokens``: e.g. ``<sent>``;
+        ``pooling`` ``auto`` and ``normalize`` None: drpipe.encoder_settings.resolve_pooling)."""
         from transformers import AutoTokenizer  # lazy: ~1 s, see Encoder.from_pretrained
 
         where = "config key encoder.init (or methods.<method>.init)"
@@ -210,11 +267,15 @@ class BiEncoder(nn.Module):
             # Offline, an unknown hub id ends deep inside transformers: name the key instead.
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise InputError(init, None, f"cannot load this encoder ({where}): {first}") from None
+        try:
+            pooling, normalize = resolve_pooling(path, pooling, normalize)
+        except (OSError, ValueError) as exc:
+            raise InputError(init, None, f"encoder pooling ({where}): {exc}") from None
         if add_tokens:
             tokenizer.add_special_tokens({"additional_special_tokens": list(add_tokens)})
 
         def build() -> Encoder:
-            enc = Encoder.from_pretrained(path, pooling, dropout, grad_checkpointing)
+            enc = Encoder.from_pretrained(path, pooling, dropout, grad_checkpointing, normalize)
             if add_tokens:
                 enc.model.resize_token_embeddings(len(tokenizer))
             return enc
@@ -228,6 +289,7 @@ class BiEncoder(nn.Module):
             max_query_len=max_query_len,
             max_passage_len=max_passage_len,
             init=init,
+            text=text,
         )
 
     def meta(self) -> dict[str, Any]:
@@ -238,6 +300,8 @@ class BiEncoder(nn.Module):
             "max_passage_len": self.max_passage_len,
             "init": self.init,
             "method": self.method,
+            "normalize": self.normalize,
+            **asdict(self.text),
         }
 
     def save(self, directory: str | Path) -> None:
@@ -256,6 +320,8 @@ class BiEncoder(nn.Module):
             raise FileNotFoundError(f"{directory} is not a drpipe model directory (no {META_FILE})")
         meta = json.loads(meta_path.read_text())
         meta.setdefault("method", {"name": "dpr", "cfg": {}})
+        for key, value in META_DEFAULTS.items():  # saved before the key existed: as then
+            meta.setdefault(key, value)
         return meta
 
     @classmethod
@@ -271,13 +337,14 @@ class BiEncoder(nn.Module):
         directory = Path(directory)
         meta = cls.read_meta(directory)
         tokenizer = AutoTokenizer.from_pretrained(directory / "query")
+        norm = bool(meta["normalize"])
         query = Encoder.from_pretrained(
-            str(directory / "query"), meta["pooling"], dropout, grad_checkpointing
+            str(directory / "query"), meta["pooling"], dropout, grad_checkpointing, norm
         )
         passage = None
         if not meta["tied"]:
             passage = Encoder.from_pretrained(
-                str(directory / "passage"), meta["pooling"], dropout, grad_checkpointing
+                str(directory / "passage"), meta["pooling"], dropout, grad_checkpointing, norm
             )
         model = cls(
             query,
@@ -286,6 +353,7 @@ class BiEncoder(nn.Module):
             max_query_len=int(meta["max_query_len"]),
             max_passage_len=int(meta["max_passage_len"]),
             init=meta.get("init"),
+            text=TextFormat.of(meta),
         )
         model.method = meta.get("method") or model.method
         return model
@@ -300,20 +368,25 @@ class BiEncoder(nn.Module):
 
     def with_models(self, convert: Callable[[nn.Module], nn.Module]) -> BiEncoder:
         """A copy whose encoders run ``convert`` of their Hugging Face models (ties kept)."""
-        query = Encoder(convert(self.query.model), self.pooling)
-        passage = None if self.tied else Encoder(convert(self.passage.model), self.pooling)
+        query = Encoder(convert(self.query.model), self.pooling, self.normalize)
+        passage = (
+            None
+            if self.tied
+            else Encoder(convert(self.passage.model), self.pooling, self.normalize)
+        )
         out = BiEncoder(query, passage, self.tokenizer, max_query_len=self.max_query_len,
-                        max_passage_len=self.max_passage_len, init=self.init)  # fmt: skip
+                        max_passage_len=self.max_passage_len, init=self.init,
+                        text=self.text)  # fmt: skip
         out.method = self.method
         return out
 
     def tokenize_queries(self, questions: Sequence[str]) -> dict[str, torch.Tensor]:
-        return tokenize_queries(self.tokenizer, questions, self.max_query_len)
+        return tokenize_queries(self.tokenizer, questions, self.max_query_len, self.text)
 
     def tokenize_passages(
         self, titles: Sequence[str], texts: Sequence[str]
     ) -> dict[str, torch.Tensor]:
-        return tokenize_passages(self.tokenizer, titles, texts, self.max_passage_len)
+        return tokenize_passages(self.tokenizer, titles, texts, self.max_passage_len, self.text)
 
 
 def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -335,10 +408,12 @@ def encode_texts(
     bf16: bool,
     device: torch.device | str,
     show_progress: bool = True,
+    fmt: TextFormat | None = None,
 ) -> np.ndarray:
     """Vectors [len(texts), dim] float32 in input order.
 
-    With ``pairs``, input i is the pair (texts[i], pairs[i]) — for passages: (title, text).
+    With ``pairs``, input i is the pair (texts[i], pairs[i]) — for passages: (title, text),
+    joined as ``fmt`` (a model's ``TextFormat``: prefixes, title) says; without, questions.
     Inputs are batched in order of length so padding stays small.
     """
     device = torch.device(device)
@@ -357,9 +432,10 @@ def encode_texts(
                 idx = order[start : start + batch_size]
                 first = [texts[i] for i in idx]
                 if pairs is None:
-                    batch = tokenize_queries(tokenizer, first, max_length)
+                    batch = tokenize_queries(tokenizer, first, max_length, fmt)
                 else:
-                    batch = tokenize_passages(tokenizer, first, [pairs[i] for i in idx], max_length)
+                    second = [pairs[i] for i in idx]
+                    batch = tokenize_passages(tokenizer, first, second, max_length, fmt)
                 vecs = encoder(to_device(batch, device)).float().cpu().numpy()
                 if out is None:
                     out = np.empty((n, vecs.shape[1]), dtype=np.float32)

@@ -34,19 +34,25 @@ rule train:
         " {params.opts} --threads {threads} --nproc {resources.gpu} 2> {log:q}"
 
 
+# The initial encoders, not fine-tuned: "init" (encoder.init) and each zero-shot entry's
+# "init.<name>" (config zero_shot, with its own pooling, prefixes and title).
+
+
 rule init_model:
     input:
-        model_inputs(C["encoder"]["init"]),
+        lambda w: init_model_inputs(w.run),
     output:
-        directory("results/models/init/none"),
+        directory("results/models/{run}/none"),
     log:
-        "results/logs/init_model/init.log",
+        "results/logs/init_model/{run}.log",
     benchmark:
-        "results/benchmarks/rules/init_model/init.tsv"
+        "results/benchmarks/rules/init_model/{run}.tsv"
+    wildcard_constraints:
+        run=INIT_RUNS,
     conda:
         env()
     params:
-        cfg=cfg_json(with_model_paths(C["encoder"])),
+        cfg=lambda w: cfg_json(init_cfg(w.run)),
         code=code("drpipe.training"),
     shell:
         "drpipe init-model --out {output:q} --cfg {params.cfg:q} 2> {log:q}"

@@ -267,7 +267,7 @@ class Method(ABC):
         vecs = encode_texts(
             model.passage.to(settings.device), model.tokenizer, block.titles, block.texts,
             batch_size=settings.batch_size, max_length=model.max_passage_len,
-            bf16=settings.bf16, device=settings.device, show_progress=False,
+            bf16=settings.bf16, device=settings.device, show_progress=False, fmt=model.text,
         )  # fmt: skip
         return unit_id(block.pids), vecs
 

@@ -100,10 +100,16 @@ class PlanBase:
     def RUN(self):
         return "(?:{})(?:\\.[A-Za-z0-9_]+)?".format("|".join(self.METHODS))
 
-    # Runs with an encoder: the initial (not fine-tuned) encoder or a trained run.
+    # The initial encoders: "init" (encoder.init) and a zero-shot entry's "init.<name>".
+    @cached_property
+    def INIT_RUNS(self):
+        names = [e["name"] for e in self.C.get("zero_shot") or []]
+        return "init(?:\\.(?:{}))?".format("|".join(names)) if names else "init"
+
+    # Runs with an encoder: an initial (not fine-tuned) encoder or a trained run.
     @cached_property
     def DENSE(self):
-        return f"init|{self.RUN}"
+        return f"{self.INIT_RUNS}|{self.RUN}"
 
     def precision_cfg(self, section):
         """A forward pass's precision keys from a config section (encode, reader): int8's weight
@@ -123,7 +129,7 @@ class PlanBase:
 
     def run_method(self, run):
         """The method of a run ("init" is the initial encoder, used the way DPR uses one)."""
-        return "dpr" if run == "init" else split_run_name(run)[0]
+        return "dpr" if run == "init" or run.startswith("init.") else split_run_name(run)[0]
 
     def method_code(self, run, *modules):
         """Code hash of a command plus the one method module the run uses (its own code only)."""

@@ -17,10 +17,11 @@ from drpipe.tables.compare import as_scale
 # "paper": a row whose method no paper lists (it has no paper value).
 # "multi": a Multi row of a table whose Multi rows train on more than one set (each paper's own).
 # "precision": a row whose training or encoding recorded a precision (drpipe.tables.precision).
+# "zero_shot": an off-the-shelf encoder's row (config zero_shot: run init.<name>).
 # "reader", "k", "reader_precision" and "sample": the reader behind a Table 4 row
 # (reader_notes).
 NOTE_ORDER = (
-    "scale", "bm25", "hybrid", "released", "training", "multi", "validation", "precision",
+    "scale", "bm25", "hybrid", "released", "zero_shot", "training", "multi", "validation", "precision",
     "reader", "k", "reader_precision", "sample", "paper",
 )  # fmt: skip
 # The run of DPR's released checkpoints (evaluated without training: no training notes).
@@ -35,6 +36,8 @@ def row_kinds(run: str, train_set: str | None) -> set[str]:
         kinds |= {"bm25", "hybrid"}
     if run.split("+")[0] == RELEASED_RUN:
         kinds.add("released")
+    elif run.startswith("init."):
+        kinds.add("zero_shot")
     elif train_set and train_set != "none":
         kinds |= {"training", "validation"}
     return kinds
@@ -50,7 +53,9 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
     """Text of each note from the run's config: ``encoder`` (init), ``bm25_fields``,
     ``field_weights``, ``hybrid_lambda``, ``hybrid_grid``, ``training`` (method -> epochs,
     batch_size), ``multi_sets`` (train set of Multi rows -> its datasets) and ``validation``
-    (train set -> ``dev`` or the held-out fraction)."""
+    (train set -> ``dev`` or the held-out fraction); ``encoder_settings`` (the encoder block's
+    pooling and normalisation in words) and ``zero_shot`` (label, init, settings, note of
+    each off-the-shelf encoder's row)."""
     notes: dict[str, str] = {}
     scale = as_scale(scale)
     if scale.note == "standin":
@@ -63,8 +68,9 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
     elif scale.note == "small":
         notes["scale"] = (
             f"Scale `{scale}`: a corpus of thousands of passages (README, 'Scales') instead "
-            f"of 21M Wikipedia passages, and the encoder {setup.get('encoder', '?')} instead of "
-            "BERT-base. The absolute numbers are no reproduction gap, so no difference to the "
+            f"of 21M Wikipedia passages, and the encoder {setup.get('encoder', '?')}"
+            + (f" ({setup['encoder_settings']})" if setup.get("encoder_settings") else "")
+            + " instead of BERT-base. The absolute numbers are no reproduction gap, so no difference to the "
             "paper is printed; what carries over is the ordering of the rows (their ranks) and "
             "the paired claims in results/claims.csv."
         )
@@ -141,6 +147,16 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
             f"DPR's released encoders, evaluated without training ({where}): the paper's "
             "numbers beside them are DPR's for the model it released; the difference is "
             "ours (corpus, BM25, evaluation), not training."
+        )
+    zero_shot = setup.get("zero_shot") or []
+    if zero_shot:
+        rows = "; ".join(
+            f"{z['label']}: {z['init']}, {z['settings']}" + (f" ({z['note']})" if z["note"] else "")
+            for z in zero_shot
+        )
+        notes["zero_shot"] = (
+            "Off-the-shelf encoders evaluated as they are, without fine-tuning (config "
+            f"zero_shot), on the same corpus, questions and search as the other rows: {rows}."
         )
     notes["paper"] = (
         "No paper of this workflow (workflow/drpipe/papers) lists this row's method, so the row "

@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 from drpipe.cliutil import need
-from drpipe.encoders import BiEncoder
+from drpipe.encoder_settings import OPTION_KEYS
+from drpipe.encoders import BiEncoder, TextFormat
 from drpipe.io import atomic_path
 from drpipe.training.settings import DEFAULTS
 
@@ -27,6 +28,8 @@ def build_model(cfg: dict[str, Any], special_tokens: Sequence[str] = ()) -> BiEn
         max_passage_len=int(cfg["max_passage_len"]),
         grad_checkpointing=bool(cfg["grad_checkpointing"]),
         add_tokens=special_tokens,
+        normalize=cfg["normalize"],
+        text=TextFormat.of(cfg),
     )
 
 
@@ -57,7 +60,7 @@ def linear_schedule(warmup: int, total: int) -> Callable[[int], float]:
 
 def init_model(out_dir: str | Path, cfg: dict[str, Any]) -> dict[str, Any]:
     """Save the initial (not fine-tuned) encoders in the model-dir layout."""
-    keys = ("init", "pooling", "tied", "dropout", "max_query_len", "max_passage_len")
+    keys = ("init", "pooling", "tied", "dropout", "max_query_len", "max_passage_len", *OPTION_KEYS)
     need(cfg, "init")
     full = {k: cfg.get(k, DEFAULTS[k]) for k in keys}
     model = build_model(full)

