@@ -70,8 +70,18 @@ def test_cli_on_the_committed_mini_and_squad_claims(tmp_path, capsys):
     # The evidence README cites: every claim of the two committed runs is paired.
     mini, squad = REPO / "docs/claims-mini.csv", REPO / "docs/claims-squad.csv"
     assert main(["claims-agreement", f"mini={mini}", f"squad={squad}",
-                 "--out", str(tmp_path / "a.csv"), "--markdown", str(tmp_path / "a.md")]) == 0  # fmt: skip
+                 "--out", str(tmp_path / "a.csv"), "--markdown", str(tmp_path / "a.md"),
+                 "--plot", str(tmp_path / "forest.png")]) == 0  # fmt: skip
+    assert (tmp_path / "forest.png").read_bytes()[:4] == b"\x89PNG"
     out = pd.read_csv(tmp_path / "a.csv")
     assert set(out["id"]) == set(pd.read_csv(mini)["id"]) | set(pd.read_csv(squad)["id"])
     assert set(out["agreement"]) <= {"agree", "differ", "not comparable", "not tested"}
     assert (tmp_path / "a.md").read_text() == capsys.readouterr().out
+
+
+def test_forest_plot_draws_every_tested_claim(tmp_path):
+    from drpipe.claims.forest import plot_forest
+
+    tables = {k: read_claims(REPO / f"docs/claims-{k}.csv") for k in ("mini", "squad")}
+    tested = {i for t in tables.values() for i in t.index[t["diff"].notna()]}
+    assert plot_forest(tables, tmp_path / "f.png") == len(tested) > 0

@@ -124,6 +124,10 @@ def _cmd(args: argparse.Namespace) -> int:
             frame.to_csv(tmp, index=False, float_format="%.6g")
     if args.markdown:
         write_text(page, args.markdown)
+    if args.plot:
+        from drpipe.claims.forest import plot_forest  # lazy: matplotlib
+
+        plot_forest(tables, args.plot)
     return 0
 
 
@@ -133,4 +137,5 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="each run's claims.csv with a label, e.g. mini=a/claims.csv")  # fmt: skip
     p.add_argument("--out", help="also write the comparison as CSV")
     p.add_argument("--markdown", help="also write the page as Markdown")
+    p.add_argument("--plot", help="also draw the claims as a forest plot (PNG), runs side by side")
     p.set_defaults(func=_cmd)
