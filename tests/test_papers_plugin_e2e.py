@@ -91,7 +91,7 @@ def test_a_method_without_a_paper_reaches_table2_with_no_paper_values(tiny_run, 
         overlay=overlay, repo=repo,
     )  # fmt: skip
     command = next(
-        line for line in (proc.stdout + proc.stderr).splitlines() if "drpipe tables table2" in line
+        line for line in (proc.stdout + proc.stderr).splitlines() if "drpipe tables table2 " in line
     )
     argv = shlex.split(command.split("2>")[0].strip())
     cfg = json.loads(argv[argv.index("--cfg") + 1])
