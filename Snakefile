@@ -27,6 +27,7 @@ include: "workflow/rules/encode.smk"
 include: "workflow/rules/index.smk"
 include: "workflow/rules/retrieve.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/export.smk"
 include: "workflow/rules/subsets.smk"
 
 
@@ -49,5 +50,6 @@ rule all:
         "results/table2.csv",
         "results/table2.md",
         "results/table2-topk.png",
+        export_files(),
         "results/provenance.json",
         "results/corpus/sentences.parquet",

@@ -87,8 +87,8 @@ AOPT_RULES = {"aopt_passage_round", "aopt_linear", "aopt_query_round", "aopt_ind
               "aopt_retrieve", "aopt_evaluate", "aopt_grid", "aopt_figure6", "aopt_figure7",
               "aopt_table3"}  # fmt: skip
 DENSE_RULES = {"train", "encode", "encode_queries", "build_index", "retrieve", "hybrid",
-               "evaluate", "table2", "table2_curves", "table3", "figure1", "provenance",
-               "all"} | AOPT_RULES  # fmt: skip
+               "evaluate", "export_trec", "table2", "table2_curves", "table3", "figure1",
+               "provenance", "all"} | AOPT_RULES  # fmt: skip
 TABLES = {"table2", "table2_curves", "table3", "figure1", "provenance", "all"}
 # BM25 searches: the BM25 retriever's runs, the mining candidates, the hybrid's candidates.
 BM25_SEARCHES = {"bm25_search", "bm25_mining_search", "bm25_hybrid_search"}
@@ -97,13 +97,13 @@ RESULT_CHANGE = {
     "hybrid.grid": (
         {"hybrid": {**OVERLAY["hybrid"], "grid": [1.0, 30.0]}},
         {"hybrid", "evaluate", "table2"},
-        {"hybrid", "evaluate", *TABLES},
+        {"hybrid", "evaluate", "export_trec", *TABLES},
     ),
     "evaluate.ks": (
         {"evaluate": {"ks": [1, 5, 20, 50, 100]}},
         {"evaluate", "table2"},
         # The hybrid averages ks when tuning its weight; AOpt evaluates its rounds.
-        {"evaluate", "hybrid", *TABLES, *AOPT_RULES},
+        {"evaluate", "hybrid", "export_trec", *TABLES, *AOPT_RULES},
     ),
     "encode.dtype": (
         {"encode": {"shards": 2, "batch_size": 32, "dtype": "float16"}},
@@ -143,14 +143,22 @@ RESULT_CHANGE = {
     "hybrid.depth": (
         {"hybrid": {**OVERLAY["hybrid"], "depth": 60}},
         {"bm25_hybrid_search", "hybrid", "evaluate", "table2", "provenance"},
-        {"bm25_hybrid_search", "hybrid", "evaluate", "table2", "table2_curves", "provenance"},
+        {
+            "bm25_hybrid_search",
+            "hybrid",
+            "evaluate",
+            "export_trec",
+            "table2",
+            "table2_curves",
+            "provenance",
+        },
     ),
     # ... a fixed weight instead of a tuned one reruns the hybrid alone (the deeper BM25 run of
     # the training questions it tuned on is no longer read) ...
     "hybrid.lambda (tune -> 1.1)": (
         {"hybrid": {**OVERLAY["hybrid"], "lambda": 1.1}},
         {"hybrid", "evaluate", "table2", "provenance"},
-        {"hybrid", "evaluate", "table2", "table2_curves", "provenance"},
+        {"hybrid", "evaluate", "export_trec", "table2", "table2_curves", "provenance"},
     ),
     # ... and the BM25 retriever's own depth reruns its rows (Table 2, DPR Figure 1).
     "bm25.hits": (
@@ -200,7 +208,15 @@ READER_CHANGE = {
     "hybrid.depth (with Table 4)": (
         {"hybrid": {**OVERLAY["hybrid"], "depth": 60}},
         {"bm25_hybrid_search", "hybrid", "reader_score", "read", "table4"},
-        {"bm25_hybrid_search", "hybrid", "evaluate", "table2", "table2_curves", "provenance"}
+        {
+            "bm25_hybrid_search",
+            "hybrid",
+            "evaluate",
+            "export_trec",
+            "table2",
+            "table2_curves",
+            "provenance",
+        }
         | READER_RULES - {"reader_warm_start", "reader_train"},
     ),
 }

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
+from drpipe import runfiles
 from drpipe.anserini import AnseriniError, anserini_jar, run_anserini
 from drpipe.cliutil import add_cfg
 from drpipe.corpus.passages import iter_passages, num_passages, shard_bounds
@@ -367,16 +368,8 @@ def trec_to_run(raw: pa.Table, qids: list[str]) -> pa.Table:
 
 
 def write_trec(path: str | Path, run: pa.Table, tag: str = "drpipe-bm25") -> None:
-    """TREC run export: ``qid Q0 pid rank score tag`` (qids must not contain whitespace)."""
-    if not tag or any(c.isspace() for c in tag):
-        raise ValueError(f"run tag {tag!r} must be non-empty without whitespace")
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-        for batch in run.to_batches(max_chunksize=65536):
-            cols = [batch.column(i).to_pylist() for i in range(4)]
-            for qid, rank, pid, score in zip(*cols, strict=True):
-                if not qid or any(c.isspace() for c in qid):
-                    raise ValueError(f"qid {qid!r} cannot be written to a TREC run file")
-                fh.write(f"{qid} Q0 {pid} {rank} {score:.6f} {tag}\n")
+    """TREC run export of a BM25 run (``drpipe.runfiles.write_trec``, tagged drpipe-bm25)."""
+    runfiles.write_trec(path, run, tag)
 
 
 def read_index_meta(index: str | Path) -> dict[str, Any]:

@@ -29,6 +29,7 @@ MODULES = [
     "drpipe.retrieve",
     "drpipe.hybrid",
     "drpipe.evaluate",
+    "drpipe.runfiles",
     "drpipe.reader",
     "drpipe.subsets",
     "drpipe.papers.table2",

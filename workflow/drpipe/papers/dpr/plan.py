@@ -167,6 +167,20 @@ class DprPlan:
         cfg = {"scale": self.SCALE, "rows": rows, "max_k": max(self.EVAL_KS)}
         return files, cfg
 
+    def run_tag(self, run, train_set):
+        """A TREC run tag naming the Table 2 row (the format allows no whitespace)."""
+        return f"drpipe:{run}:{train_set}"
+
+    def export_files(self, formats=("trec",)):
+        """Every Table 2 row's run in each format ("trec", "dpr.json", "pyserini.json"),
+        beside its Parquet."""
+        split = self.C["tables"]["split"]
+        return [
+            f"results/runs/{run}/{ts}/{dataset}-{split}.{fmt}"
+            for run, ts, dataset, _, _ in self.table2_runs()
+            for fmt in formats
+        ]
+
     def table2_row_map(self):
         """Our run names -> the paper's row labels and the paper whose numbers sit beside them
         (None: no paper lists the run's method); Single/Multi follow from the train set."""
