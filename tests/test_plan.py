@@ -61,7 +61,8 @@ def test_the_plan_is_composed_of_each_papers_parts():
     plan = plan_of("mini")
     aopt_rows = [r for r in plan.table2_runs() if r[0].startswith("aopt-")]
     hooks = [h.__func__.__qualname__.split(".")[0] for h in plan.hooks("table2_hook")]
-    assert aopt_rows and hooks == ["AoptPlan", "ZeroShotPlan"]  # zero-shot rows: drpipe.plan
+    # Zero-shot and external rows come from drpipe.plan's own parts.
+    assert aopt_rows and hooks == ["AoptPlan", "ExternalRunsPlan", "ZeroShotPlan"]
     row_map = plan.table2_row_map()
     protocols = {row_map[r[0]]["protocol"] for r in aopt_rows}
     assert protocols == set(plan.AOPT_PROTOCOLS.values())

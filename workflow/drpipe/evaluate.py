@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -108,11 +109,25 @@ def top_k_accuracy(
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    cfg = args.cfg
+    cfg = dict(args.cfg)
     start = time.perf_counter()
-    summary, first_hits = top_k_accuracy(
-        args.run, args.questions, args.passages, cfg.get("ks", DEFAULT_KS), cfg.get("depth")
-    )
+    run = Path(args.run)
+    with tempfile.TemporaryDirectory() as tmp:
+        if run.suffix != ".parquet":
+            # A run made elsewhere (TREC, DPR or pyserini JSON), scored one-off: imported
+            # onto our passages first (drpipe.runfiles: every unknown id is an error).
+            from drpipe.runfiles import import_run
+
+            report = import_run(run, args.questions, args.passages, Path(tmp, "run.parquet"),
+                                fmt=cfg.get("format", "auto"), id_prefix=cfg.get("id_prefix", ""))  # fmt: skip
+            log.info("%s: imported %s", run, report)
+            for key, default in (("method", run.stem), ("train_set", None), ("split", None),
+                                 ("dataset", Path(args.questions).parent.name)):  # fmt: skip
+                cfg.setdefault(key, default)
+            run = Path(tmp, "run.parquet")
+        summary, first_hits = top_k_accuracy(
+            run, args.questions, args.passages, cfg.get("ks", DEFAULT_KS), cfg.get("depth")
+        )
     metrics = {key: need(cfg, key) for key in ("method", "train_set", "dataset", "split")}
     metrics.update(summary)
     metrics["seconds"] = time.perf_counter() - start
@@ -129,7 +144,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("evaluate", help="top-k retrieval accuracy (and MRR@k) of a run")
-    p.add_argument("--run", required=True, help="run Parquet (qid, rank, pid, score)")
+    p.add_argument("--run", required=True,
+                   help="run Parquet (qid, rank, pid, score), or a run made elsewhere: TREC "
+                   "(.trec/.txt/.run), DPR or pyserini retrieval JSON (.json)")  # fmt: skip
     p.add_argument("--questions", required=True, help="questions Parquet")
     p.add_argument("--passages", required=True, help="passages Parquet")
     p.add_argument("--out", required=True, help="metrics JSON to write")

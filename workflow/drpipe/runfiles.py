@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TextIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -166,6 +167,182 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------ runs in
+
+FORMATS = ("trec", "dpr-json", "pyserini-json")
+
+
+def run_format(path: str | Path, fmt: str = "auto") -> str:
+    """A run file's format: as given, or by its name (``.trec``/``.txt``/``.run``: TREC;
+    ``.json``: DPR's list or pyserini's dict, told apart by the first character)."""
+    if fmt != "auto":
+        if fmt not in FORMATS:
+            raise InputError(path, None, f"unknown run format {fmt!r} (one of {FORMATS})")
+        return fmt
+    name = str(path).lower()
+    if name.endswith((".trec", ".txt", ".run")):
+        return "trec"
+    if name.endswith(".json"):
+        with open(path, encoding="utf-8") as fh:
+            head = fh.read(4096).lstrip()
+        return "dpr-json" if head.startswith("[") else "pyserini-json"
+    raise InputError(path, None, "cannot tell the run's format by its name: give format")
+
+
+def _pid(path: str | Path, where: str, docid: str, prefix: str, known: set[int]) -> int:
+    """Our passage id of a run's docid (``prefix`` stripped, e.g. ``wiki:``)."""
+    raw = docid[len(prefix) :] if prefix and docid.startswith(prefix) else docid
+    try:
+        pid = int(raw)
+    except ValueError:
+        raise InputError(path, where, f"docid {docid!r} is not a passage id of this corpus"
+                         + (f" (after the prefix {prefix!r})" if prefix else "")) from None  # fmt: skip
+    if pid not in known:
+        raise InputError(path, where, f"docid {docid!r} is not in the corpus")
+    return pid
+
+
+def _score(path: str | Path, where: str, value: object) -> float:
+    try:
+        score = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InputError(path, where, f"score {value!r} is not a number") from None
+    if score != score:  # NaN
+        raise InputError(path, where, "score is NaN")
+    return score
+
+
+def read_external_run(
+    path: str | Path,
+    questions: list[dict],
+    known_pids: set[int],
+    *,
+    fmt: str = "auto",
+    id_prefix: str = "",
+) -> tuple[dict[str, list[tuple[int, float]]], dict[str, object]]:
+    """A run made elsewhere as ``{qid: [(pid, score), ...]}`` best first, and counts.
+
+    TREC: ranked by score, highest first, ties by docid descending (trec_eval's order; the
+    file's rank column is not read, as trec_eval does not). DPR JSON: contexts in file order;
+    an entry names its question by ``qid`` where it has one, else by the question's text.
+    Errors name the file, the line (TREC) or entry, and the id: a line without six fields, a
+    score that is not a number, a docid not in the corpus, a (qid, docid) given twice, a qid
+    or question not in the questions file."""
+    fmt = run_format(path, fmt)
+    qids = {q["qid"] for q in questions}
+    by_text: dict[str, str | None] = {}
+    for q in questions:  # a question text asked twice cannot name one question
+        by_text[q["question"]] = None if q["question"] in by_text else q["qid"]
+    out: dict[str, list[tuple[int, float]]] = {}
+    seen: dict[tuple[str, int], str] = {}
+
+    def add(qid: str, pid: int, score: float, where: str) -> None:
+        if qid not in qids:
+            raise InputError(path, where, f"qid {qid!r} is not in the questions file")
+        if (qid, pid) in seen:
+            raise InputError(path, where, f"passage {pid} given twice for qid {qid!r} "
+                             f"(first at {seen[qid, pid]})")  # fmt: skip
+        seen[qid, pid] = where
+        out.setdefault(qid, []).append((pid, score))
+
+    if fmt == "trec":
+        with open(path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                parts = line.split()
+                where = f"line {n}"
+                if len(parts) != 6:
+                    raise InputError(path, where, f"expected 6 fields (qid Q0 docid rank score "
+                                     f"tag), found {len(parts)}")  # fmt: skip
+                qid, _, docid, _, score, _ = parts
+                add(qid, _pid(path, where, docid, id_prefix, known_pids),
+                    _score(path, where, score), where)  # fmt: skip
+        for hits in out.values():
+            hits.sort(key=lambda h: (-h[1], -h[0]))  # trec_eval: score desc, docid desc
+    else:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except json.JSONDecodeError as err:
+            raise InputError(path, f"line {err.lineno}", f"not JSON: {err.msg}") from None
+        entries = (
+            [(i, e.get("qid"), e) for i, e in enumerate(data)]
+            if fmt == "dpr-json" else [(i, k, e) for i, (k, e) in enumerate(data.items())]
+        )  # fmt: skip
+        key, id_key = ("ctxs", "id") if fmt == "dpr-json" else ("contexts", "docid")
+        for i, qid, entry in entries:
+            where = f"entry {i}"
+            if qid is None:
+                qid = by_text.get(entry.get("question"))
+                if qid is None:
+                    raise InputError(path, where, "no qid, and its question text names no one "
+                                     f"question of the questions file: {entry.get('question')!r}")  # fmt: skip
+            for j, ctx in enumerate(entry.get(key) or []):
+                here = f"{where} context {j}"
+                add(str(qid), _pid(path, here, str(ctx.get(id_key)), id_prefix, known_pids),
+                    _score(path, here, ctx.get("score")), here)  # fmt: skip
+    report = {
+        "file": str(path),
+        "format": fmt,
+        "questions": len(questions),
+        "questions_in_run": len(out),
+        "questions_without_results": len(qids - out.keys()),
+        "passages": sum(len(v) for v in out.values()),
+        "min_depth": min((len(v) for v in out.values()), default=0),
+    }
+    return out, report
+
+
+def import_run(
+    path: str | Path,
+    questions_path: str | Path,
+    passages_path: str | Path,
+    out: str | Path,
+    *,
+    fmt: str = "auto",
+    id_prefix: str = "",
+    depth: int | None = None,
+) -> dict[str, object]:
+    """Write a run made elsewhere as our run Parquet (``drpipe.runs``); returns its report.
+    Questions with no results, or fewer than ``depth``, are counted (trec_eval scores them
+    too: a question without results is a miss at every k)."""
+    from drpipe.corpus.passages import iter_passages
+    from drpipe.runs import run_table, write_run
+
+    questions = read_questions(questions_path)
+    known = {pid for b in iter_passages(passages_path, columns=["pid"])
+             for pid in b.column(0).to_pylist()}  # fmt: skip
+    hits, report = read_external_run(path, questions, known, fmt=fmt, id_prefix=id_prefix)
+    order = [q["qid"] for q in questions if q["qid"] in hits]
+    if depth is not None:
+        report["questions_below_depth"] = sum(len(hits[q]) < depth for q in order)
+        report["depth"] = depth
+    table = run_table(
+        order,
+        [np.asarray([p for p, _ in hits[q]], dtype=np.int64) for q in order],
+        [np.asarray([s for _, s in hits[q]], dtype=np.float64) for q in order],
+    )
+    write_run(out, table)
+    for key in ("questions_without_results", "questions_below_depth"):
+        if report.get(key):
+            log.warning("%s: %d of %d questions %s", path, report[key], len(questions),
+                        key.replace("_", " ").removeprefix("questions "))  # fmt: skip
+    return report
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    cfg = args.cfg
+    report = import_run(
+        args.input, args.questions, args.passages, args.out, fmt=cfg.get("format", "auto"),
+        id_prefix=cfg.get("id_prefix", ""), depth=cfg.get("depth"),
+    )  # fmt: skip
+    log.info("%s -> %s: %s", args.input, args.out, report)
+    if args.report:
+        write_json(args.report, report)
+    return 0
+
+
 def _cmd_trec(args: argparse.Namespace) -> int:
     table = pq.read_table(args.run, columns=RUN_SCHEMA.names)
     write_trec(args.out, table, args.cfg.get("tag", "drpipe"))
@@ -197,3 +374,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", required=True, help="TREC run file to write")
     add_cfg(t)
     t.set_defaults(func=_cmd_trec)
+    i = runs.add_parser(
+        "import",
+        help="a run made elsewhere (TREC, DPR or pyserini JSON) as our run Parquet",
+        description="Example: drpipe runs import --in theirs.trec --questions "
+        "results/qa/squad/test.parquet --passages results/corpus/passages.parquet --out "
+        'theirs.parquet --cfg \'{"id_prefix": "wiki:"}\'',
+    )
+    i.add_argument("--in", dest="input", required=True, help="the run file")
+    i.add_argument("--questions", required=True, help="questions Parquet the run answers")
+    i.add_argument("--passages", required=True, help="passages Parquet its docids name")
+    i.add_argument("--out", required=True, help="run Parquet to write")
+    i.add_argument("--report", help="counts JSON to write")
+    add_cfg(i)
+    i.set_defaults(func=_cmd_import)

@@ -14,7 +14,7 @@ rule evaluate:
     benchmark:
         "results/benchmarks/rules/evaluate/{run}/{train_set}/{dataset}-{split}.tsv"
     wildcard_constraints:
-        run=f"bm25|(?:{DENSE})(?:\\+bm25)?",
+        run=f"bm25|(?:{DENSE})(?:\\+bm25)?|{EXTERNAL_RUN}",
     conda:
         env()
     params:

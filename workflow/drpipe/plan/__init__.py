@@ -19,6 +19,7 @@ from pathlib import Path
 
 from drpipe.papers import papers
 from drpipe.plan.base import PlanBase, cfg_json
+from drpipe.plan.external import ExternalRunsPlan
 from drpipe.plan.inputs import InputsPlan
 from drpipe.plan.provenance import ProvenancePlan
 from drpipe.plan.steps import StepsPlan
@@ -34,7 +35,11 @@ def plan_class() -> type[PlanBase]:
     for p in papers():
         if p.file("plan.py"):
             parts += importlib.import_module(f"{p.module}.plan").PLAN
-    return type("Plan", (*parts, ZeroShotPlan, ProvenancePlan, StepsPlan, InputsPlan), {})
+    return type(
+        "Plan",
+        (*parts, ExternalRunsPlan, ZeroShotPlan, ProvenancePlan, StepsPlan, InputsPlan),
+        {},
+    )
 
 
 def build_plan(config: dict, *, mirror: str = "", workdir: str | Path = ".") -> PlanBase:

@@ -24,6 +24,9 @@ class ProvenancePlan(PlanBase):
             reports += [f"results/corpus/docs/{d['name']}.report.json" for d in self.DOCS]
         for run, ts, dataset, _, _ in self.table2_runs():
             reports.append(f"results/qa/{dataset}/{split}.report.json")
+            if run.startswith("ext."):  # its import's report: the file and its counts
+                reports.append(f"results/runs/{run}/{ts}/{dataset}-{split}.report.json")
+                continue
             if run == "bm25" or run.startswith("init"):
                 continue
             for hook in self.hooks("run_report_hook"):

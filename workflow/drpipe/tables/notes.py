@@ -18,10 +18,12 @@ from drpipe.tables.compare import as_scale
 # "multi": a Multi row of a table whose Multi rows train on more than one set (each paper's own).
 # "precision": a row whose training or encoding recorded a precision (drpipe.tables.precision).
 # "zero_shot": an off-the-shelf encoder's row (config zero_shot: run init.<name>).
+# "external": a run made elsewhere (config external_runs: run ext.<name>).
 # "reader", "k", "reader_precision" and "sample": the reader behind a Table 4 row
 # (reader_notes).
 NOTE_ORDER = (
-    "scale", "bm25", "hybrid", "released", "zero_shot", "training", "multi", "validation", "precision",
+    "scale", "bm25", "hybrid", "released", "zero_shot", "external", "training", "multi",
+    "validation", "precision",
     "reader", "k", "reader_precision", "sample", "paper",
 )  # fmt: skip
 # The run of DPR's released checkpoints (evaluated without training: no training notes).
@@ -38,6 +40,8 @@ def row_kinds(run: str, train_set: str | None) -> set[str]:
         kinds.add("released")
     elif run.startswith("init."):
         kinds.add("zero_shot")
+    elif run.startswith("ext."):
+        kinds.add("external")
     elif train_set and train_set != "none":
         kinds |= {"training", "validation"}
     return kinds
@@ -157,6 +161,17 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
         notes["zero_shot"] = (
             "Off-the-shelf encoders evaluated as they are, without fine-tuning (config "
             f"zero_shot), on the same corpus, questions and search as the other rows: {rows}."
+        )
+    external = setup.get("external") or []
+    if external:
+        rows = "; ".join(
+            f"{e['label']}: {e['file']}" + (f" ({e['note']})" if e["note"] else "")
+            for e in external
+        )
+        notes["external"] = (
+            "Runs made elsewhere (config external_runs), imported onto this corpus's passages "
+            "and scored with the same questions and answer matching as the other rows; their "
+            f"retrievers are not this workflow's: {rows}."
         )
     notes["paper"] = (
         "No paper of this workflow (workflow/drpipe/papers) lists this row's method, so the row "

@@ -228,7 +228,7 @@ class DprPlan:
         return {
             f"{run}|{ts}|{d}": self.precision_sources(run, ts, d, split)
             for run, ts, d, _, _ in self.table2_runs()
-            if run != "bm25"
+            if run != "bm25" and not run.startswith("ext.")  # no pass of ours made them
         }
 
     def table2_reports(self, precision=None):
@@ -261,6 +261,7 @@ class DprPlan:
             "encoder": self.C["encoder"]["init"],
             "encoder_settings": self.encoder_settings_text(),
             **({"zero_shot": self.zero_shot_setup()} if self.ZERO_SHOT else {}),
+            **({"external": self.external_setup()} if self.EXTERNAL else {}),
             "bm25_fields": self.C["bm25"]["fields"],
             "field_weights": self.C["bm25"]["field_weights"],
             "hybrid_lambda": self.C["hybrid"]["lambda"],
