@@ -30,6 +30,7 @@ MODULES = [
     "drpipe.hybrid",
     "drpipe.evaluate",
     "drpipe.runfiles",
+    "drpipe.beir",
     "drpipe.reader",
     "drpipe.subsets",
     "drpipe.papers.table2",
