@@ -97,7 +97,7 @@ rule figure_html:
     benchmark:
         "results/benchmarks/rules/report/figures/{figure}.tsv"
     wildcard_constraints:
-        figure="[A-Za-z0-9_]+(?:/[A-Za-z0-9_]+)?",
+        figure="[A-Za-z0-9_-]+(?:/[A-Za-z0-9_-]+)?",
     conda:
         env()
     params:
