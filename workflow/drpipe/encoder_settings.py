@@ -82,6 +82,35 @@ def _read_model_file(path: str, name: str) -> dict | list | None:
     return json.loads(Path(found).read_text()) if found else None
 
 
+# Training files of a sentence-transformers model (its data_config.json) that hold the QA
+# datasets this workflow evaluates or trains on, or questions written from Wikipedia.
+QA_PRETRAINING = {
+    "squad_pairs": "SQuAD train",
+    "NQ-train_pairs": "NQ train",
+    "TriviaQA_pairs": "TriviaQA",
+    "PAQ_pairs": "PAQ (questions generated from Wikipedia)",
+}
+
+
+def qa_pretraining(init: str) -> list[str]:
+    """What a local model was trained on that overlaps the papers' QA data, from its
+    ``data_config.json`` ("SQuAD train (87,599 pairs)", ...); [] for a model without one or a
+    hub id (the plan reads no network)."""
+    try:
+        path = resolve_init(init)
+    except FileNotFoundError:
+        return []
+    if not Path(path).is_dir():
+        return []
+    data = _read_model_file(path, "data_config.json")
+    out = []
+    for entry in data if isinstance(data, list) else []:
+        stem = str(entry.get("name", "")).removesuffix(".jsonl.gz")
+        if stem in QA_PRETRAINING:
+            out.append(f"{QA_PRETRAINING[stem]} ({int(entry.get('lines', 0)):,} pairs)")
+    return out
+
+
 def st_settings(path: str) -> dict[str, Any]:
     """``{"pooling", "normalize"}`` as the sentence-transformers model at ``path`` (a directory
     or hub id) configures them: the Pooling module's mode and whether a Normalize module follows.

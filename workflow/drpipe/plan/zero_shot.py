@@ -9,7 +9,13 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-from drpipe.encoder_settings import OPTION_KEYS, describe, resolve_init, resolve_pooling
+from drpipe.encoder_settings import (
+    OPTION_KEYS,
+    describe,
+    qa_pretraining,
+    resolve_init,
+    resolve_pooling,
+)
 from drpipe.plan.base import PlanBase
 
 ZERO_SHOT_PREFIX = "init."
@@ -47,6 +53,11 @@ class ZeroShotPlan(PlanBase):
         """The ``encoder:`` block's pooling, normalisation, prefixes and title, in words."""
         enc = self.C["encoder"]
         return describe({k: enc.get(k) for k in ("pooling", *OPTION_KEYS) if k in enc})
+
+    def encoder_pretraining(self):
+        """The papers' QA data that ``encoder.init`` was trained on before this workflow
+        (drpipe.encoder_settings.qa_pretraining), for Table 2's scale note."""
+        return qa_pretraining(self.C["encoder"]["init"])
 
     def auto_pooling(self, init, settings):
         """``pooling: auto`` resolved from a local model's sentence-transformers files (a

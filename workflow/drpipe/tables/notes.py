@@ -78,6 +78,14 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
             "paper is printed; what carries over is the ordering of the rows (their ranks) and "
             "the paired claims in results/claims.csv."
         )
+        seen = setup.get("encoder_pretraining") or []
+        if seen:
+            notes["scale"] += (
+                " That encoder was trained, before any training here, on question-passage "
+                f"pairs of {', '.join(seen)} (its data_config.json): the initial row is no "
+                "untrained baseline, and the held-out questions of the local scales (SQuAD "
+                "train articles) are among what it saw; the test questions (SQuAD dev) are not."
+            )
     if setup.get("bm25_fields", "single") == "single":
         notes["bm25"] = (
             "BM25 indexes title and text as one field, as pyserini indexes DPR's Wikipedia; "

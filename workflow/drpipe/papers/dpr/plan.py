@@ -260,6 +260,7 @@ class DprPlan:
         return {
             "encoder": self.C["encoder"]["init"],
             "encoder_settings": self.encoder_settings_text(),
+            "encoder_pretraining": self.encoder_pretraining(),
             **({"zero_shot": self.zero_shot_setup()} if self.ZERO_SHOT else {}),
             **({"external": self.external_setup()} if self.EXTERNAL else {}),
             "bm25_fields": self.C["bm25"]["fields"],
