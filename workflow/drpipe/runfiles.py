@@ -32,12 +32,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from drpipe.cliutil import add_cfg
-from drpipe.corpus.passages import load_passages
+from drpipe.corpus.passages import iter_passages, load_passages
 from drpipe.errors import InputError
-from drpipe.io import atomic_path, write_json
+from drpipe.io import atomic_path, iter_input_lines, read_input_text, write_json
 from drpipe.qa.datasets import read_questions
 from drpipe.qa.matching import AnswerMatcher
-from drpipe.runs import RUN_SCHEMA, Hits, read_run
+from drpipe.runs import RUN_SCHEMA, Hits, read_run, run_table, write_run
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,14 @@ def write_trec(path: str | Path, run: pa.Table, tag: str) -> None:
                 if not qid or any(c.isspace() for c in qid):
                     raise ValueError(f"qid {qid!r} cannot be written to a TREC run file")
                 fh.write(f"{qid} Q0 {pid} {rank} {score:.6f} {tag}\n")
+
+
+def run_rows(run_path: str | Path, depth: int | None = None) -> pa.Table:
+    """A run Parquet's ``qid, rank, pid, score`` rows (those within ``depth``), TREC's order."""
+    table = pq.read_table(run_path, columns=RUN_SCHEMA.names)
+    if depth is not None:
+        table = table.filter(pc.less_equal(table.column("rank"), depth))
+    return table
 
 
 def _entries(
@@ -134,9 +142,7 @@ def export_run(
     report: dict[str, object] = {"run": str(run_path), "tag": tag, "depth": depth,
                                  "questions": len(questions)}  # fmt: skip
     if trec is not None:
-        table = pq.read_table(run_path, columns=RUN_SCHEMA.names)
-        if depth is not None:
-            table = table.filter(pc.less_equal(table.column("rank"), depth))
+        table = run_rows(run_path, depth)
         write_trec(trec, table, tag)
         report["trec_lines"] = table.num_rows
     if dpr_json is not None or pyserini_json is not None:
@@ -246,24 +252,22 @@ def read_external_run(
         out.setdefault(qid, []).append((pid, score))
 
     if fmt == "trec":
-        with open(path, encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                parts = line.split()
-                where = f"line {n}"
-                if len(parts) != 6:
-                    raise InputError(path, where, f"expected 6 fields (qid Q0 docid rank score "
-                                     f"tag), found {len(parts)}")  # fmt: skip
-                qid, _, docid, _, score, _ = parts
-                add(qid, _pid(path, where, docid, id_prefix, known_pids),
-                    _score(path, where, score), where)  # fmt: skip
+        for n, line in iter_input_lines(path):
+            if not line.strip():
+                continue
+            parts = line.split()
+            where = f"line {n}"
+            if len(parts) != 6:
+                raise InputError(path, where, f"expected 6 fields (qid Q0 docid rank score "
+                                 f"tag), found {len(parts)}")  # fmt: skip
+            qid, _, docid, _, score, _ = parts
+            add(qid, _pid(path, where, docid, id_prefix, known_pids),
+                _score(path, where, score), where)  # fmt: skip
         for hits in out.values():
             hits.sort(key=lambda h: (-h[1], -h[0]))  # trec_eval: score desc, docid desc
     else:
         try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
+            data = json.loads(read_input_text(path))
         except json.JSONDecodeError as err:
             raise InputError(path, f"line {err.lineno}", f"not JSON: {err.msg}") from None
         entries = (
@@ -307,9 +311,6 @@ def import_run(
     """Write a run made elsewhere as our run Parquet (``drpipe.runs``); returns its report.
     Questions with no results, or fewer than ``depth``, are counted (trec_eval scores them
     too: a question without results is a miss at every k)."""
-    from drpipe.corpus.passages import iter_passages
-    from drpipe.runs import run_table, write_run
-
     questions = read_questions(questions_path)
     known = {pid for b in iter_passages(passages_path, columns=["pid"])
              for pid in b.column(0).to_pylist()}  # fmt: skip
@@ -344,7 +345,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _cmd_trec(args: argparse.Namespace) -> int:
-    table = pq.read_table(args.run, columns=RUN_SCHEMA.names)
+    table = run_rows(args.run)
     write_trec(args.out, table, args.cfg.get("tag", "drpipe"))
     log.info("%s: %d lines -> %s", args.run, table.num_rows, args.out)
     return 0

@@ -53,6 +53,13 @@ def note_keys(kinds: Iterable[str], scale: str) -> list[str]:
     return [k for k in NOTE_ORDER if k in keys]
 
 
+def _listed(entries: Iterable[dict], what: Any) -> str:
+    """Config entries (zero-shot encoders, external runs) as "label: what (note); ..."."""
+    return "; ".join(
+        f"{e['label']}: {what(e)}" + (f" ({e['note']})" if e.get("note") else "") for e in entries
+    )
+
+
 def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
     """Text of each note from the run's config: ``encoder`` (init), ``bm25_fields``,
     ``field_weights``, ``hybrid_lambda``, ``hybrid_grid``, ``training`` (method -> epochs,
@@ -162,20 +169,14 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
         )
     zero_shot = setup.get("zero_shot") or []
     if zero_shot:
-        rows = "; ".join(
-            f"{z['label']}: {z['init']}, {z['settings']}" + (f" ({z['note']})" if z["note"] else "")
-            for z in zero_shot
-        )
+        rows = _listed(zero_shot, lambda z: f"{z['init']}, {z['settings']}")
         notes["zero_shot"] = (
             "Off-the-shelf encoders evaluated as they are, without fine-tuning (config "
             f"zero_shot), on the same corpus, questions and search as the other rows: {rows}."
         )
     external = setup.get("external") or []
     if external:
-        rows = "; ".join(
-            f"{e['label']}: {e['file']}" + (f" ({e['note']})" if e["note"] else "")
-            for e in external
-        )
+        rows = _listed(external, lambda e: e["file"])
         notes["external"] = (
             "Runs made elsewhere (config external_runs), imported onto this corpus's passages "
             "and scored with the same questions and answer matching as the other rows; their "
