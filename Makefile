@@ -46,7 +46,7 @@ help:
 	@echo "make audit     lineage of every cell, what would rerun, the claims, the HTML report"
 	@echo "make claims    the papers' claims on what a run has made so far"
 	@echo "make estimate  what TARGET would cost, from a finished run's timings (FROM=run/)"
-	@echo "make rehearse  the paper scale's every rule on stand-ins, on one CPU"
+	@echo "make rehearse  the paper scale's every rule on stand-ins, on one CPU (PROFILE=slurm)"
 	@echo "make bench     the benchmarks (BENCH_ARGS=--smoke: seconds each)"
 	@echo "make lint | format | install | clean"
 	@echo "Variables: SCALE=squad TARGET=results/... CONFIG='key=value ...' CORES=N"
@@ -92,9 +92,26 @@ squad: install
 # The paper scale rehearsed on CPU before GPU-days are spent (config/scales/rehearsal.yaml): every
 # paper-scale rule and table on stand-in inputs of the papers' formats made from DATA_MIRROR
 # and a tiny encoder, in $(REHEARSAL_DIR)/; ends with the one-page results/run_summary.md.
+# PROFILE=slurm submits every job through profiles/slurm instead: to the cluster SLURM_CONF (or
+# /etc/slurm) names, else to a single-node SLURM started on this machine for the run and
+# stopped after it (tests/slurm/local-cluster; root; its node advertises 8 GPUs), which checks
+# every rule's resource request against a real scheduler. Trainings get 1 GPU there (a
+# CPU box cannot run 8 torchrun ranks), SLURM_JOBS jobs at once.
 REHEARSAL_DIR ?= rehearsal
+PROFILE ?= default
+SLURM_JOBS ?= 2
+ifeq ($(PROFILE),slurm)
+REHEARSE_PROFILE = $(REHEARSAL_DIR)/slurm-profile --jobs $(SLURM_JOBS) --sdm env-modules
+LOCAL_SLURM = $(if $(shell sinfo -h 2>/dev/null),,tests/slurm/local-cluster run --)
+else
+REHEARSE_PROFILE = profiles/$(PROFILE) --cores $(CORES)
+endif
 rehearse: install
-	$(BIN)/snakemake --profile profiles/default --cores $(CORES) --directory $(REHEARSAL_DIR) \
+ifeq ($(PROFILE),slurm)
+	rm -rf $(REHEARSAL_DIR)/slurm-profile && mkdir -p $(REHEARSAL_DIR)
+	cd tests && $(abspath $(BIN))/python slurm_run.py profile $(abspath $(REHEARSAL_DIR))/slurm-profile
+endif
+	$(LOCAL_SLURM) $(BIN)/snakemake --profile $(REHEARSE_PROFILE) --directory $(REHEARSAL_DIR) \
 		results/run_summary.md $(SNAKEMAKE_ARGS) --config scale=rehearsal $(CONFIG)
 	$(if $(filter -n --dry-run --dryrun,$(SNAKEMAKE_ARGS)),,cat $(REHEARSAL_DIR)/results/run_summary.md)
 
@@ -127,7 +144,10 @@ estimate: install
 	$(BIN)/drpipe estimate $(TARGET) --reference $(or $(FROM),.) --cores $(CORES) \
 		--snakemake-args "$(SNAKEMAKE_ARGS)$(if $(SCALE), --config scale=$(SCALE))"
 
+# A real SLURM for tests/test_slurm.py: Debian's slurmctld, slurmd and munge, installed where
+# this runs as root with apt-get (else those tests skip and say why).
 test: install
+	@tests/slurm/local-cluster install || echo "make test: no local SLURM; its tests will skip"
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install

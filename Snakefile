@@ -29,6 +29,7 @@ include: "workflow/rules/retrieve.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/export.smk"
 include: "workflow/rules/subsets.smk"
+include: "workflow/rules/transfer.smk"
 
 
 # Each registered paper's rules (workflow/drpipe/papers/<paper>/rules.smk; their planning is

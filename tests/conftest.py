@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import system_packages
 import tiny_run as runs
 from bench_smoke import run_name as bench_smoke_run_name
 from workflow_util import mirror_dir
@@ -78,9 +79,9 @@ def tiny_audited(shared_tmp, data_mirror) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
-def fake_slurm_run(shared_tmp, data_mirror) -> Path:
-    """The tiny DPR run's copy run again through a fake SLURM (slurm_run.py)."""
-    return runs.build(shared_tmp, "fake-slurm")
+def real_slurm_run(shared_tmp, data_mirror) -> Path:
+    """The tiny DPR run's copy run again through a real local SLURM (slurm_run.py)."""
+    return runs.build(shared_tmp, "slurm")
 
 
 @pytest.fixture(scope="session")
@@ -103,6 +104,7 @@ def reduced_rehearsal(shared_tmp, data_mirror) -> Path:
 
 
 _BUILDER: subprocess.Popen | None = None
+_APT: subprocess.Popen | None = None
 # Where the tests that need the touched DAG or the DPR run start, as a fraction of the way
 # through the tests that need none (the DPR run takes the builder ~3 of their ~9 minutes).
 EARLY_AT = 0.35
@@ -121,7 +123,7 @@ def pytest_collection_modifyitems(config, items):
 
     # The tests that need no tiny run first, in collection order; those that need only the
     # touched DAG or the DPR run join them part-way (EARLY_AT of the way through), about when
-    # the builder has made that run, so that the fake-SLURM DAG runs beside the builder
+    # the builder has made that run, so that the real-SLURM DAG runs beside the builder
     # rather than after it; the rest after, in the order the builder makes their runs.
     first = [i for i in items if ready(i) == 0]
     where = {i.nodeid: n / max(1, len(first)) for n, i in enumerate(first)}
@@ -148,9 +150,16 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=order)  # stable: equal keys keep collection order
     names = [r for r in runs.ORDER if any(r in n for n in needs.values())]
     factory = getattr(config, "_tmp_path_factory", None)  # pytest's own, as tmp_path uses
-    if not names or factory is None or config.getoption("collectonly") or not mirror_dir().is_dir():
+    if factory is None or config.getoption("collectonly"):
         return
     root = factory.getbasetemp()
+    # Debian's SLURM and Chromium, where the tests that use them run and they are missing:
+    # installed beside the tests (system_packages.py); those tests wait for it.
+    if any(i.get_closest_marker("system_packages") for i in items):
+        global _APT
+        _APT = system_packages.start_install(root / "apt-install.log")
+    if not names or not mirror_dir().is_dir():
+        return
     # One thread per process from here on, the builder's jobs included (workflow_util passes
     # --max-threads 1): two multi-threaded torch processes on two cores spin against each other
     # (a MiniLM test measured 13 s alone, 76 s beside the builder's two-thread jobs).

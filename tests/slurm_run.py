@@ -1,21 +1,21 @@
-"""The fake-SLURM run that test_slurm.py checks, built by the session's background builder
+"""The real-SLURM run that test_slurm.py checks, built by the session's background builder
 (tiny_run.py) beside the other runs: it is mostly waiting (the executor plugin's status checks,
-a job cancelled and resubmitted), which the builder overlaps with its own jobs, where the test
-used to hold the session's process for ~3 minutes.
+a job cancelled and resubmitted), which the builder overlaps with its own jobs.
 
 Also the paper scale's whole plan with the SLURM profile (``build_paper_plan``, a dry run of
 every table and Table 4's readers, ~25 s of CPU): what each job would ask SLURM for.
 
 A copy of the tiny DPR run, its mining forced to rerun (one CPU job and every GPU rule from
-training to retrieval), through the real snakemake-executor-plugin-slurm with a fake SLURM
-(``tests/fake_slurm``: sbatch, squeue, sacct, scancel, srun, ... first on PATH); the first
-training job is cancelled with the fake ``scancel`` once it has run a few seconds. What the run
-did is left in its folder for the test: ``result.json`` (exit status, log tail, the cancelled
-job), the fake SLURM's state (``slurm/``) and the run (``work/``).
+training to retrieval), through profiles/slurm and snakemake-executor-plugin-slurm to a real
+single-node SLURM on this machine (local_slurm.py: munged, slurmctld, slurmd, brought up for
+the run and down after it). The first training job is cancelled with `scancel` once it has
+written a checkpoint; then two faults on the smallest jobs (a request the cluster cannot
+satisfy, a job that fails on a bad input). What happened is left in its folder for the tests.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -27,19 +27,23 @@ import time
 from pathlib import Path
 
 import yaml
+from local_slurm import ClusterUnavailable, LocalCluster
 from workflow_util import REPO, copy_run, mirror_dir
 
+from drpipe.config import deep_merge
+from drpipe.training.settings import PROGRESS_FILE
+
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
-FAKE = Path(__file__).resolve().parent / "fake_slurm"
 PROFILE = REPO / "profiles" / "slurm"
-TARGET = "results/runs/dpr/squad/squad-test.parquet"
+TARGET = "results/table2.csv"
 FORCED = "mine"  # a CPU rule; everything after it up to TARGET reruns with it
+METRICS = "results/metrics/dpr/squad/squad-test.json"
 # The profile's train jobs ask for 8 GPUs; `drpipe train` starts one process per GPU, which a
 # 2-core test machine cannot afford: this run asks for one (still a GPU job to SLURM). The
 # change goes into a copy of the profile: `--set-resources` on the command line would replace
 # the profile's whole set-resources block (every rule back to the defaults), which is what
 # this test first caught.
-OVERRIDES = {"train": {"gpu": 1}}
+OVERRIDES = {"train": {"gpu": 1}, "train_hard": {"gpu": 1}}
 
 
 def env_with(**extra: str) -> dict[str, str]:
@@ -55,75 +59,154 @@ def profile() -> dict:
     return yaml.safe_load((PROFILE / "config.yaml").read_text())
 
 
-def profile_with_overrides(where: Path) -> Path:
-    """profiles/slurm with OVERRIDES applied (everything else as the repository has it)."""
+def profile_with_overrides(where: Path, extra: dict | None = None) -> Path:
+    """profiles/slurm with OVERRIDES (and ``extra``) applied (everything else as the
+    repository has it)."""
     prof = profile()
-    for rule, values in OVERRIDES.items():
+    for rule, values in {**OVERRIDES, **(extra or {})}.items():
         prof["set-resources"][rule] = {**prof["set-resources"][rule], **values}
     where.mkdir(parents=True)
     (where / "config.yaml").write_text(yaml.safe_dump(prof))
     return where
 
 
-def requests(state: Path) -> list[dict]:
-    """What the fake SLURM commands were asked, in order."""
-    path = state / "requests.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def rule_of(request: dict) -> str:
-    m = re.match(r"rule_(\w+?)(?:_wildcards_|$)", request["options"].get("--comment", ""))
-    assert m, request
+def rule_of(comment: str) -> str:
+    """The rule a job was submitted for, from the comment the executor plugin gives it."""
+    m = re.match(r"rule_(\w+?)(?:_wildcards_|$)", comment)
+    assert m, comment
     return m.group(1)
 
 
-def _cancel_first(rule: str, state: Path, env: dict, done: threading.Event, out: dict) -> None:
-    """Wait for the first job of ``rule`` to run for a few seconds, then scancel it."""
-    while not done.is_set():
-        for req in requests(state):
-            if req["cmd"] == "sbatch" and rule_of(req) == rule:
-                job = json.loads((state / "jobs" / f"{req['job_id']}.json").read_text())
-                if job["state"] == "RUNNING" and time.time() - req["time"] > 3:
-                    subprocess.run([str(FAKE / "scancel"), req["job_id"]], env=env, check=True)
-                    out["cancelled"] = req["job_id"]
-                    return
-        time.sleep(0.5)
+# The training's checkpoint folder and its progress record (drpipe.training.settings).
+CKPT_DIR = "results/models/dpr/squad.ckpt"
+# Checkpoints after every step (a runtime setting: no result changes), so that the job can be
+# cancelled between two of them, well before the training ends.
+SLURM_OVERLAY = {"methods": {"dpr": {"checkpoint_every": 1}}}
 
 
-def build_fake_slurm_run(dpr_run: Path, where: Path, overlay: dict) -> Path:
-    """The fake-SLURM run of a copy of ``dpr_run`` (built with ``overlay``) in ``where``, its
-    jobs on one thread each (two-thread torch jobs beside the builder's spin against them)."""
-    where.mkdir()
-    state, work = where / "slurm", copy_run(dpr_run, where / "work")
-    (work / "tiny.yaml").write_text(yaml.safe_dump(overlay))
-    env = env_with(
-        PATH=str(FAKE),
-        FAKE_SLURM_DIR=str(state),
-        FAKE_SLURM_PYTHON=sys.executable,
-        DATA_MIRROR=str(mirror_dir()),
-        HF_HUB_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-    )
-    profile_dir = profile_with_overrides(where / "profile")
-    cmd = [str(SNAKEMAKE), TARGET, "--forcerun", FORCED, "--profile", str(profile_dir),
-           "-s", str(REPO / "Snakefile"), "--directory", str(work), "--sdm", "env-modules",
-           "--jobs", "2", "--max-threads", "1", "--slurm-init-seconds-before-status-checks",
-           "1", "--latency-wait", "5", "--configfile", str(REPO / "config.yaml"),
-           str(work / "tiny.yaml")]  # fmt: skip
-    done, killed = threading.Event(), {}
-    killer = threading.Thread(target=_cancel_first, args=("train", state, env, done, killed))
-    killer.start()
+def _progress(work: Path) -> dict | None:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3000)
+        return json.loads((work / CKPT_DIR / PROGRESS_FILE).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _cancel_first_train(cluster: LocalCluster, work: Path, done: threading.Event,
+                        out: dict) -> None:  # fmt: skip
+    """Once the first train job has written a checkpoint before its last step, `scancel` it
+    (a preemption), and record the step it had reached."""
+    while not done.is_set():
+        progress = _progress(work)
+        if progress and progress["step"] < progress["total_steps"]:
+            for job in cluster.jobs():
+                if rule_of(job.get("Comment", "")) == "train" and job["JobState"] == "RUNNING":
+                    cluster.run("scancel", job["JobId"])
+                    out.update(cancelled=job["JobId"], at_step=progress["step"])
+                    return
+        time.sleep(0.2)
+
+
+def build_slurm_run(dpr_run: Path, where: Path, overlay: dict) -> Path:
+    """The real-SLURM run of a copy of ``dpr_run`` (built with ``overlay``) in ``where``, its
+    jobs on one thread each as the local run's (``--max-threads 1``), so their results are
+    byte-identical to it. A local cluster (local_slurm.py) is brought up for it and down after
+    it; the first training job is cancelled once it has written a checkpoint. Left for the
+    tests: ``result.json`` (exit status, log tail, the cancelled job, the cluster's start and
+    stop times, the run's wall time), ``jobs.json`` (what the controller recorded of every
+    job) and the run (``work/``). A machine that cannot run SLURM leaves ``result.json`` with
+    the reason (``unavailable``)."""
+    where.mkdir()
+    result: dict = {}
+    cluster = LocalCluster()
+    try:
+        result["cluster_up_s"] = cluster.up()
+        result["pids"] = cluster.recorded()["pids"]
+    except ClusterUnavailable as err:
+        (where / "result.json").write_text(json.dumps({"unavailable": str(err)}))
+        return where
+    try:
+        work = copy_run(dpr_run, where / "work")
+        result.update(_run_through(cluster, work, where, overlay))
+        (where / "hashes.json").write_text(json.dumps(result_hashes(work), indent=1))
+        (where / "jobs.json").write_text(json.dumps(cluster.jobs(), indent=1))
+        result["faults"] = _faults(cluster, work, where, overlay)
+    finally:
+        result["cluster_down_s"] = cluster.down()
+        (where / "result.json").write_text(json.dumps(result, indent=1))
+    return where
+
+
+def result_hashes(work: Path) -> dict[str, str]:
+    """sha256 of every file under ``work/results`` but logs and benchmarks' timings."""
+    out = {}
+    for path in sorted((work / "results").rglob("*")):
+        rel = str(path.relative_to(work))
+        if path.is_file() and not rel.startswith(("results/logs/", "results/benchmarks/")):
+            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def slurm_cmd(work: Path, profile_dir: Path, overlay_file: Path, *args: str) -> list[str]:
+    return [str(SNAKEMAKE), *args, "--profile", str(profile_dir), "-s", str(REPO / "Snakefile"),
+            "--directory", str(work), "--sdm", "env-modules", "--jobs", "2", "--max-threads", "1",
+            "--slurm-init-seconds-before-status-checks", "1", "--latency-wait", "5",
+            "--configfile", str(REPO / "config.yaml"), str(overlay_file)]  # fmt: skip
+
+
+def _env(cluster: LocalCluster) -> dict[str, str]:
+    return cluster.env(env_with(DATA_MIRROR=str(mirror_dir()), HF_HUB_OFFLINE="1",
+                                TOKENIZERS_PARALLELISM="false"))  # fmt: skip
+
+
+def _run_through(cluster: LocalCluster, work: Path, where: Path, overlay: dict) -> dict:
+    overlay_file = work / "tiny.yaml"
+    overlay_file.write_text(yaml.safe_dump(deep_merge(overlay, SLURM_OVERLAY)))
+    profile_dir = profile_with_overrides(where / "profile")
+    cmd = slurm_cmd(work, profile_dir, overlay_file, TARGET, "--forcerun", FORCED)
+    done, cancelled = threading.Event(), {}
+    killer = threading.Thread(target=_cancel_first_train, args=(cluster, work, done, cancelled))
+    killer.start()
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(cluster),
+                              timeout=3000)  # fmt: skip
     finally:
         done.set()
         killer.join()
-    result = {"returncode": proc.returncode, "log": proc.stdout[-3000:] + proc.stderr[-6000:],
-              "cancelled": killed.get("cancelled")}  # fmt: skip
-    (where / "result.json").write_text(json.dumps(result, indent=1))
-    return where
+    (where / "run.log").write_text(proc.stdout + proc.stderr)
+    return {"returncode": proc.returncode, "wall_s": time.perf_counter() - start,
+            "log": proc.stdout[-3000:] + proc.stderr[-6000:],
+            "cancelled": cancelled.get("cancelled"), "at_step": cancelled.get("at_step")}  # fmt: skip
+
+
+def _short(proc: subprocess.CompletedProcess) -> str:
+    """A Snakemake run's output without the base64 arguments of the job commands it prints
+    (kilobytes each), its last 8,000 characters."""
+    return re.sub(r"base64//\S+", "…", proc.stdout + proc.stderr)[-8000:]
+
+
+def _faults(cluster: LocalCluster, work: Path, where: Path, overlay: dict) -> dict:
+    """Two faults on the finished run's smallest jobs, each one Snakemake run:
+    - ``unsatisfiable``: evaluation asks for more memory than a node of its partition has;
+    - ``bad_input``: evaluation reads a run file that is not a Parquet file."""
+    overlay_file = work / "tiny.yaml"
+    faults = {}
+    metrics = METRICS
+    big = profile_with_overrides(where / "profile-big", {"evaluate": {"mem_mb": 10**6}})
+    proc = subprocess.run(slurm_cmd(work, big, overlay_file, metrics, "--forcerun", "evaluate"),
+                          capture_output=True, text=True, env=_env(cluster), timeout=600)  # fmt: skip
+    faults["unsatisfiable"] = {"returncode": proc.returncode, "log": _short(proc)}
+    before = {j["JobId"] for j in cluster.jobs()}
+    run = work / "results/runs/dpr/squad/squad-test.parquet"
+    run.write_text("not a parquet file\n")
+    os.utime(run)  # newer than its metrics: mtime reruns the evaluation
+    proc = subprocess.run(slurm_cmd(work, where / "profile", overlay_file, metrics),
+                          capture_output=True, text=True, env=_env(cluster), timeout=600)  # fmt: skip
+    faults["bad_input"] = {
+        "returncode": proc.returncode, "log": _short(proc),
+        "jobs": [j for j in cluster.jobs() if j["JobId"] not in before],
+    }  # fmt: skip
+    return faults
 
 
 # Every paper-scale table, Table 4's readers and DCSR's hard-negative trainings.
@@ -163,3 +246,11 @@ def build_paper_plan(where: Path) -> Path:
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     (where / "timing.json").write_text(json.dumps({"wall": wall, "cpu": cpu}))
     return where
+
+
+if __name__ == "__main__":
+    # `python slurm_run.py profile DIR`: profiles/slurm with OVERRIDES (make rehearse
+    # PROFILE=slurm submits through it).
+    if sys.argv[1:2] != ["profile"] or len(sys.argv) != 3:
+        sys.exit("usage: python slurm_run.py profile DIR")
+    print(profile_with_overrides(Path(sys.argv[2])))

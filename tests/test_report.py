@@ -8,17 +8,16 @@ import base64
 import html.parser
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import system_packages
 
 from drpipe.audit.render import render_csv_html
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 class _Tables(html.parser.HTMLParser):
@@ -156,17 +155,24 @@ def test_report_has_every_table_figure_claims_and_audit(report_run):
     assert "var runtimes_spec" in text and "four dense-retrieval papers" in text
 
 
+@pytest.fixture
+def chromium() -> str:
+    """Debian's Chromium (installed beside the tests where they run as root), or a skip."""
+    reason = system_packages.available("chromium")
+    if reason:
+        pytest.skip(f"no headless browser: {reason}")
+    return system_packages.which("chromium")
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(
-    CHROMIUM is None, reason="no headless browser: Debian's chromium is not installed"
-)
-def test_report_renders_in_headless_chromium(report_run, tmp_path):
+@pytest.mark.system_packages
+def test_report_renders_in_headless_chromium(report_run, chromium, tmp_path):
     report = report_run / "results/report.html"
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=20000"]  # fmt: skip
     dom = subprocess.run(
-        [CHROMIUM, *flags, "--dump-dom", report.as_uri()],
+        [chromium, *flags, "--dump-dom", report.as_uri()],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert dom.returncode == 0, dom.stderr[-2000:]
@@ -177,7 +183,7 @@ def test_report_renders_in_headless_chromium(report_run, tmp_path):
         assert f">{label}<" in app, label
     shot = tmp_path / "report.png"
     subprocess.run(
-        [CHROMIUM, *flags, "--window-size=1400,1000", f"--screenshot={shot}", report.as_uri()],
+        [chromium, *flags, "--window-size=1400,1000", f"--screenshot={shot}", report.as_uri()],
         capture_output=True, timeout=180, check=True,
     )  # fmt: skip
     data = shot.read_bytes()

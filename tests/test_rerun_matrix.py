@@ -47,6 +47,9 @@ NO_RESULT_CHANGE = {
                                                             "int8_weight_bits": 7}},
     "reader.int8_weight_bits (precision auto)": {"reader": {**OVERLAY["reader"],
                                                             "int8_weight_bits": 7}},
+    # The transfer table is a target of its own: its block reruns nothing of the others.
+    "transfer": {"transfer": {"collections": [], "runs": ["bm25"], "measures": ["RR@10"],
+                              "depth": 50}},
 }  # fmt: skip
 
 
@@ -122,6 +125,13 @@ RESULT_CHANGE = {
         {"encoder": {**OVERLAY["encoder"], "max_query_len": 24}},
         {"init_model", "train", "encode", "encode_queries", "retrieve", "evaluate", "table2"},
         DENSE_RULES | {"init_model"},
+    ),
+    # The passages' token ids are keyed by tokenizer, maximum length and format: another
+    # maximum passage length tokenizes once more (shared by every run), a query length never.
+    "encoder.max_passage_len": (
+        {"encoder": {**OVERLAY["encoder"], "max_passage_len": 80}},
+        {"tokenize", "init_model", "train", "encode", "retrieve", "evaluate", "table2"},
+        DENSE_RULES | {"init_model", "tokenize"},
     ),
     "bm25.b": (
         {"bm25": {"k1": 0.9, "b": 0.5, "hits": 100, "java": None}},

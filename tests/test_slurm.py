@@ -1,38 +1,33 @@
-"""The cluster path without a cluster.
+"""The cluster path: the SLURM profile's plan, and a real SLURM on this machine.
 
 - The SLURM profile plans the paper-scale DAG (every method of tables.methods, all five
   datasets) in at most ten seconds.
-- A fake SLURM (``tests/fake_slurm``: sbatch, squeue, sacct, scancel, srun, ... first on PATH)
-  runs the jobs that the real snakemake-executor-plugin-slurm submits for a tiny real DAG (a
-  copy of the session's tiny DPR run, its mining forced to rerun: one CPU job and every GPU
-  rule from training to retrieval; run by the session's builder, ``slurm_run.py``, which
-  cancels the first training job with the fake ``scancel``); the test checks the resources
-  each job was submitted with against the profile, and that the cancelled job was
-  resubmitted and the workflow completed. That every rule, CPU or GPU, carries its profile
-  resources is checked on the paper-scale plan above.
 - The paper scale's whole plan (every table, Table 4's readers; a dry run the builder makes):
   each job on the partition its GPUs call for, multi-GPU jobs on one node, threads equal to
   CPUs. The cluster command gets the SLURM profile's settings (not profiles/default's), and
   downloads are local rules.
+- A real single-node SLURM (Debian's slurmctld, slurmd and munge; tests/local_slurm.py),
+  brought up by the session's builder (slurm_run.py) for a copy of the tiny DPR run, its
+  mining forced to rerun: mining, training, encoding, index, retrieval, evaluation and
+  Table 2 submitted through profiles/slurm with snakemake-executor-plugin-slurm. The first
+  training job is cancelled (`scancel`) after its first checkpoint. Then two faults on the
+  evaluation job: a request the cluster cannot satisfy, and a bad input. Where SLURM cannot
+  run (not root, no apt), these tests skip and say why.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
-from slurm_run import (
-    FORCED,
-    OVERRIDES,
-    TARGET,
-    per_job,
-    rule_of,
-)
+from local_slurm import LocalCluster
+from slurm_run import FORCED, OVERRIDES, per_job, rule_of
 from slurm_run import profile as slurm_profile
-from slurm_run import requests as slurm_requests
 from workflow_util import local_rules
 
 from drpipe.config import read_defaults, resolve
@@ -185,65 +180,151 @@ def test_downloads_run_where_snakemake_runs(tmp_path):
     assert "fetch" in local_rules(tmp_path)
 
 
-# --------------------------------------------------------------------------- fake SLURM
+# --------------------------------------------------------------------------- a real SLURM
+
+
+def _slurm(real_slurm_run: Path) -> dict:
+    result = json.loads((real_slurm_run / "result.json").read_text())
+    if "unavailable" in result:
+        pytest.skip(f"no local SLURM on this machine: {result['unavailable']}")
+    return result
+
+
+def _job_stats(log: str) -> dict[str, int]:
+    """Snakemake's "Job stats" table: jobs planned per rule."""
+    block = log.split("Job stats:", 1)[1].split("total", 1)[0]
+    return {m[0]: int(m[1]) for m in re.findall(r"^(\w+)\s+(\d+)$", block, flags=re.M)}
+
+
+def _minutes(limit: str) -> int:
+    days, _, hms = limit.rpartition("-")
+    h, m, _s = (int(x) for x in hms.split(":"))
+    return (int(days or 0) * 24 + h) * 60 + m
+
+
+def _mem_mb(value: str) -> int:
+    return int(float(value[:-1]) * {"M": 1, "G": 1024, "T": 1024**2}[value[-1]])
 
 
 # The run is built by the session's builder, beside the other runs (slurm_run.py).
 @pytest.mark.slow
-def test_fake_slurm_runs_a_tiny_dag_with_profile_resources_and_resubmits_a_cancelled_job(
-    fake_slurm_run,
+@pytest.mark.system_packages
+def test_a_real_slurm_runs_the_tiny_dag_as_submitted_and_resumes_a_cancelled_training(
+    real_slurm_run, tiny_dpr_run
 ):
-    state, work = fake_slurm_run / "slurm", fake_slurm_run / "work"
-    result = json.loads((fake_slurm_run / "result.json").read_text())
+    """Mining to Table 2 through profiles/slurm and a real slurmctld/slurmd: every job with its
+    profile resources as the controller recorded them, the training job cancelled after its
+    first checkpoint resubmitted (`retries`) and resumed from it, and every result byte for
+    byte the local run's (models, vectors, index, runs, per-question ranks, Table 2)."""
+    result = _slurm(real_slurm_run)
     assert result["returncode"] == 0, result["log"]
-    assert (work / TARGET).is_file()
+    work = real_slurm_run / "work"
+    print(f"local SLURM up {result['cluster_up_s']:.1f} s, down {result['cluster_down_s']:.1f}"
+          f" s; the run through it {result['wall_s']:.0f} s")  # fmt: skip
 
-    requests = slurm_requests(state)
-    submitted = [r for r in requests if r["cmd"] == "sbatch"]
-    rules = [rule_of(r) for r in submitted]
-    assert sorted(rules) == sorted([FORCED, "train", "train", "encode", "encode", "build_index",
-                                    "encode_queries", "retrieve"]), rules  # fmt: skip
+    jobs = json.loads((real_slurm_run / "jobs.json").read_text())
+    rules = [rule_of(j["Comment"]) for j in jobs]
+    planned = _job_stats((real_slurm_run / "run.log").read_text())
+    assert {FORCED, "train", "encode", "build_index", "encode_queries", "retrieve", "evaluate",
+            "table2"} <= set(planned), planned  # fmt: skip
+    # Every planned job was submitted once, the cancelled training twice.
+    assert Counter(rules) == Counter({**planned, "train": planned["train"] + 1}), rules
 
-    # Every submission carries its rule's resources from the profile (and this run's override).
+    # What the controller recorded of each job is its rule's profile resources.
     profile = slurm_profile()
-    for req, rule in zip(submitted, rules, strict=True):
-        want = {
-            **profile["default-resources"],
-            **profile["set-resources"].get(rule, {}),
-            **OVERRIDES.get(rule, {}),
-        }
-        opts = req["options"]
-        # A per-job expression ("A if ... else B"): one of its values (the plan test: which).
-        for opt, key in (("--mem", "mem_mb"), ("-t", "runtime")):
+    for job, rule in zip(jobs, rules, strict=True):
+        want = {**profile["default-resources"], **profile["set-resources"].get(rule, {}),
+                **OVERRIDES.get(rule, {})}  # fmt: skip
+        for key, got in (("mem_mb", _mem_mb(job["MinMemoryNode"])),
+                         ("runtime", _minutes(job["TimeLimit"]))):  # fmt: skip
             value = str(want[key])
             allowed = (
                 re.fullmatch(r"(\d+) if .+ else (\d+)", value).groups()
                 if per_job(value)
                 else (value,)
             )
-            assert opts.get(opt) in allowed, (rule, opt, opts)
+            assert str(got) in allowed, (rule, key, got, value)
         if not per_job(want["slurm_partition"]):  # else checked on the paper-scale plan
-            assert opts.get("-p") == want["slurm_partition"], (rule, opts)
-        assert opts.get("--cpus-per-task") == str(want["cpus_per_task"]), (rule, opts)
-        assert opts.get("--gpus") == (str(want["gpu"]) if want.get("gpu") else None), (rule, opts)
-    gpu_rules = {r for r, kv in profile["set-resources"].items() if kv.get("gpu")}
-    assert {"train", "encode"} <= gpu_rules & set(rules)
-    # Inside each GPU job, the job step asks srun for the same GPUs.
-    sruns = [r for r in requests if r["cmd"] == "srun"]
-    by_job = {r["job_id"]: rule for r, rule in zip(submitted, rules, strict=True)}
-    for s in sruns:
-        rule = by_job.get(s["job_id"])
-        if rule in gpu_rules:
-            gpus = {**profile["set-resources"][rule], **OVERRIDES.get(rule, {})}["gpu"]
-            assert f"--gpus={gpus}" in s["argv"], (rule, s)
+            assert job["Partition"] == want["slurm_partition"], (rule, job["Partition"])
+        assert job["NumCPUs"] == str(want["cpus_per_task"]), (rule, job["NumCPUs"])
+        gres = job.get("TresPerJob", "")
+        assert gres == (f"gres:gpu:{want['gpu']}" if want.get("gpu") else ""), (rule, gres)
+    assert {"train", "encode"} <= {r for r, j in zip(rules, jobs, strict=True)
+                                   if j.get("TresPerJob")}  # fmt: skip
 
-    # The cancelled train job was resubmitted, and the second submission completed.
+    # The cancelled training: cancelled after its first checkpoint, resubmitted, resumed.
     cancelled = result["cancelled"]
-    assert cancelled, "no train job was seen running"
-    assert any(r["cmd"] == "scancel" and cancelled in r["job_ids"] for r in requests)
-    states = {p.stem: json.loads(p.read_text())["state"] for p in (state / "jobs").glob("*.json")}
-    assert states[cancelled] == "CANCELLED"
-    train_jobs = [r["job_id"] for r, rule in zip(submitted, rules, strict=True) if rule == "train"]
-    assert len(train_jobs) == 2 and train_jobs[0] == cancelled
-    assert states[train_jobs[1]] == "COMPLETED"
-    assert all(s == "COMPLETED" for j, s in states.items() if j != cancelled), states
+    assert cancelled, "no training job was seen running with a checkpoint"
+    state = {j["JobId"]: j["JobState"] for j in jobs}
+    trains = [j["JobId"] for j, r in zip(jobs, rules, strict=True) if r == "train"]
+    assert trains[0] == cancelled and state[cancelled] == "CANCELLED"
+    assert all(s == "COMPLETED" for j, s in state.items() if j != cancelled), state
+    report = json.loads((work / "results/models/dpr/squad.report.json").read_text())
+    assert report["resumed_from_step"], report.get("resumed_from_step")
+
+    # Byte for byte the local run: the resumed training's weights and everything after them.
+    hashes = json.loads((real_slurm_run / "hashes.json").read_text())
+    compared, differ = 0, []
+    for rel, digest in hashes.items():
+        local = tiny_dpr_run / rel
+        if rel.endswith(".json") or not local.is_file():  # reports hold timings
+            continue
+        compared += 1
+        if hashlib.sha256(local.read_bytes()).hexdigest() != digest:
+            differ.append(rel)
+    assert not differ, differ
+    for key in ("results/models/dpr/squad/passage/", "results/table2.csv",
+                "results/runs/dpr/squad/squad-test.parquet"):  # fmt: skip
+        assert any(r.startswith(key) for r in hashes), key
+    assert compared > 50, compared
+
+
+@pytest.mark.slow
+@pytest.mark.system_packages
+def test_the_local_cluster_is_torn_down_after_its_run(real_slurm_run):
+    result = _slurm(real_slurm_run)
+    alive = {name: pid for name, pid in result["pids"].items() if Path(f"/proc/{pid}").exists()
+             and "Z" not in Path(f"/proc/{pid}/stat").read_text().split(") ")[1][:1]}  # fmt: skip
+    assert not alive, alive
+    assert not LocalCluster().root.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.system_packages
+def test_a_request_the_cluster_cannot_satisfy_fails_at_submission_naming_rule_and_resource(
+    real_slurm_run,
+):
+    fault = _slurm(real_slurm_run)["faults"]["unsatisfiable"]
+    assert fault["returncode"] != 0
+    log = fault["log"]
+    assert "Error in rule evaluate" in log, log
+    assert "Memory required by task is not available" in log, log
+    assert "--mem 1000000" in log, log
+
+
+@pytest.mark.slow
+@pytest.mark.system_packages
+def test_a_job_failing_on_bad_input_reaches_the_user_with_its_log_and_is_retried_once(
+    real_slurm_run,
+):
+    fault = _slurm(real_slurm_run)["faults"]["bad_input"]
+    assert fault["returncode"] != 0
+    assert "Error in rule evaluate" in fault["log"]
+    assert "Parquet magic bytes not found" in fault["log"]  # the job's own log, shown
+    # `retries: 1`: one retry, then the failure; no loop.
+    states = [(rule_of(j["Comment"]), j["JobState"]) for j in fault["jobs"]]
+    assert states == [("evaluate", "FAILED")] * 2, states
+
+
+@pytest.mark.slow
+@pytest.mark.system_packages
+def test_cluster_check_finds_the_unsatisfiable_request_before_the_run(real_slurm_run):
+    """`drpipe cluster-check` asks the real scheduler (sbatch --test-only) about every job's
+    request of the plan: the profile's pass, the one asking 1 TB for evaluation does not."""
+    faults = _slurm(real_slurm_run)["faults"]
+    ok, big = faults["check_ok"], faults["check_big"]
+    assert ok["returncode"] == 0 and "0 refused" in ok["log"], ok["log"]
+    assert big["returncode"] == 1, big["log"]
+    [line] = [ln for ln in big["log"].splitlines() if ln.startswith("- rule")]
+    assert line.startswith("- rule evaluate ("), line
+    assert "--mem 1000000" in line and "Memory required by task is not available" in line, line

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import bench_smoke
 import yaml
-from slurm_run import build_fake_slurm_run, build_paper_plan
+from slurm_run import build_paper_plan, build_slurm_run
 from workflow_util import REPO, copy_run, snakemake, touched_run
 
 from drpipe.config import read_defaults
@@ -251,9 +251,9 @@ def build(root: Path, name: str) -> Path:
         return once(root, name, build_touched_run)
     if name == "rehearsal-reduced":
         return once(root, name, build_reduced_rehearsal)
-    if name == "fake-slurm":
+    if name == "slurm":
         dpr = build(root, "tiny-dpr")
-        return once(root, name, lambda work: build_fake_slurm_run(dpr, work, DPR_OVERLAY))
+        return once(root, name, lambda work: build_slurm_run(dpr, work, DPR_OVERLAY))
     if name == "slurm-paper-plan":
         return once(root, name, build_paper_plan)
     if name in SMOKES:
@@ -269,7 +269,7 @@ NEEDS = {
     "tiny_dpr_rerun": ("tiny-dpr-again",),
     "tiny_audited": ("tiny-dpr-again", "tiny-audited"),
     "reduced_rehearsal": ("rehearsal-reduced",),
-    "fake_slurm_run": ("tiny-dpr", "fake-slurm"),
+    "real_slurm_run": ("tiny-dpr", "slurm"),
     "slurm_paper_plan": ("slurm-paper-plan",),
 }
 # The benchmarks' smoke runs (bench_smoke.py), one per benchmark; test_benchmarks.py asks
@@ -278,12 +278,12 @@ SMOKES = {bench_smoke.run_name(b): b for b in bench_smoke.BENCHMARKS}
 # The order the background builder makes them (the touched DAG takes seconds), and in which
 # the tests that read them run: each test as soon as the last run it needs is there. The
 # smokes come last: by then the tests leave the builder a core of its own.
-ORDER = ("tiny-touched", "tiny-dpr", "tiny-all", "tiny-dpr-again", "tiny-audited", "fake-slurm",
+ORDER = ("tiny-touched", "tiny-dpr", "tiny-all", "tiny-dpr-again", "tiny-audited", "slurm",
          "rehearsal-reduced", "slurm-paper-plan", *SMOKES)  # fmt: skip
-# Runs that mostly wait (the fake SLURM's status checks), and the run each copies: the builder
+# Runs that mostly wait (the executor plugin's status checks), and the run each copies: the builder
 # starts one in a thread of its own as soon as that run is built, and goes on beside it. (It
 # never builds a run itself: workflow_util's Snakemake zygote serves one thread at a time.)
-BESIDE = {"fake-slurm": "tiny-dpr"}
+BESIDE = {"slurm": "tiny-dpr"}
 
 
 def runs_needed(item) -> set[str]:

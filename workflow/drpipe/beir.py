@@ -30,6 +30,7 @@ from drpipe.io import (
     write_jsonl,
     write_parquet,
 )
+from drpipe.qa.datasets import write_questions
 
 PASSAGES_SCHEMA = pa.schema([("pid", pa.int64()), ("title", pa.string()), ("text", pa.string())])
 DOCMAP_SCHEMA = pa.schema([("docid", pa.string()), ("pid", pa.int64())])
@@ -121,7 +122,8 @@ def read_qrels(
 
 def convert(folder: str | Path, out_dir: str | Path, split: str = "test") -> ConvertReport:
     """Convert a BEIR folder into ``passages.parquet``, ``docmap.parquet``,
-    ``queries.jsonl`` (qid, text) and ``qrels.tsv`` (qid, pid, score; pids are ours)."""
+    ``queries.jsonl`` (qid, text), ``questions.parquet`` (the kept queries as a questions
+    table with no answers) and ``qrels.tsv`` (qid, pid, score; pids are ours)."""
     folder, out_dir = Path(folder), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     report = ConvertReport()
@@ -157,6 +159,13 @@ def convert(folder: str | Path, out_dir: str | Path, split: str = "test") -> Con
     with open(out_dir / "queries.jsonl", "w", encoding="utf-8") as fh:
         for qid, text in kept.items():
             fh.write(json.dumps({"qid": qid, "text": text}, ensure_ascii=False) + "\n")
+    # The queries as the questions Parquet that encode-queries and BM25 search read (no
+    # answers: relevance is the qrels').
+    write_questions(
+        out_dir / "questions.parquet",
+        [{"qid": q, "question": t, "answers": [], "match": "string", "gold_title": None,
+          "gold_context": None} for q, t in kept.items()],
+    )  # fmt: skip
     with open(out_dir / "qrels.tsv", "w", encoding="utf-8") as fh:
         fh.write("qid\tpid\tscore\n")
         for qid, row in qrels.items():

@@ -31,6 +31,7 @@ MODULES = [
     "drpipe.evaluate",
     "drpipe.runfiles",
     "drpipe.beir",
+    "drpipe.transfer",
     "drpipe.reader",
     "drpipe.subsets",
     "drpipe.papers.table2",
@@ -42,6 +43,7 @@ MODULES = [
     "drpipe.claims.agreement",
     "drpipe.audit",
     "drpipe.estimate",
+    "drpipe.cluster_check",
     "drpipe.config_show",
     "drpipe.verify",
 ]

@@ -7,7 +7,10 @@ or one per sentence (DCSR, which then reads the sentence table too); unit ids fo
 ``drpipe.methods.base.unit_id``. The shard's rows stream through in blocks of ``block_size``
 passages, and vectors are appended to a ``.npy`` under a temporary name, renamed into place
 when the shard is complete: memory does not grow with the corpus and no half-written shard is
-ever visible. Maximum lengths come from the model's own metadata.
+ever visible. Maximum lengths come from the model's own metadata. With ``--tokens`` the shard's
+token ids, written once by ``drpipe tokenize`` (``drpipe.tokens``) for every model that shares
+the tokenizer, maximum length and passage format, are read instead of the text: checked against
+the model, fed from a background thread, the same batches and so the same vectors bit for bit.
 
 ``encode-queries``: the question vectors of a question table (``X.npy`` and ``X.ids.npy`` with
 the qids in table order), so that retrieval, the hybrid and AOpt can run from stored vectors
@@ -41,6 +44,8 @@ from drpipe.errors import InputError
 from drpipe.io import atomic_path, progress, write_json
 from drpipe.qa.datasets import read_questions
 from drpipe.runtime import runtime_keys
+from drpipe.tokens import TokenShard, model_format
+from drpipe.tokens import register as register_tokenize
 from drpipe.vectors import NpyAppender, ids_path_for
 
 log = logging.getLogger(__name__)
@@ -130,7 +135,7 @@ def attach_sentences(
 
 def encode_shard(
     model_dir: str | Path,
-    passages: str | Path,
+    passages: str | Path | None,
     shard: int,
     num_shards: int,
     out: str | Path,
@@ -138,28 +143,47 @@ def encode_shard(
     *,
     sentences: str | Path | None = None,
     model=None,
+    tokens: str | Path | None = None,
 ) -> dict[str, Any]:
     """Encode rows ``shard_bounds(n, shard, num_shards)`` of ``passages`` into ``out`` (+ ids):
     the units and vectors the model's method gives each passage.
 
-    ``model``: an already loaded ``BiEncoder`` (saves reloading it when called repeatedly, as in
-    tests and benchmarks); by default it is loaded from ``model_dir``. Returns a report dict.
+    ``tokens``: the shard's token ids (``drpipe.tokens``, a prefix as ``drpipe tokenize --out``
+    takes), read instead of the text (``passages`` and ``sentences`` may then be None): the same
+    vectors bit for bit, the ids checked against the model's tokenizer, maximum length and
+    passage format first. ``model``: an already loaded ``BiEncoder`` (saves reloading it when
+    called repeatedly, as in tests and benchmarks); by default it is loaded from ``model_dir``.
+    Returns a report dict.
     """
     # lazy: these import torch (~1 s at CLI start-up, which imports this module)
     from drpipe.encoders import BiEncoder, select_device
     from drpipe.methods import get_method
-    from drpipe.methods.base import CorpusBlock, EncodeSettings
+    from drpipe.methods.base import EncodeSettings
     from drpipe.precision import resolve_precision
 
     cfg = merged_cfg(cfg)
     set_threads(cfg["threads"])
     out = Path(out)
-    n_total = num_passages(passages)
-    start, stop = shard_bounds(n_total, shard, num_shards)
+    token_shard = TokenShard.open(tokens) if tokens is not None else None
+    if passages is not None:
+        start, stop = shard_bounds(num_passages(passages), shard, num_shards)
+    elif token_shard is not None:
+        start, stop = token_shard.meta["rows"]
+        passages = token_shard.meta["passages"]
+        if [token_shard.meta["shard"], token_shard.meta["num_shards"]] != [shard, num_shards]:
+            raise InputError(tokens, None, f"token shard {token_shard.meta['shard']} of "
+                             f"{token_shard.meta['num_shards']}, not {shard} of {num_shards}")  # fmt: skip
+    else:
+        raise SystemExit("error: give --passages or --tokens")
     n = stop - start
     model = model if model is not None else BiEncoder.load(model_dir)
     method = get_method(model.method["name"], model.method["cfg"])
-    if method.corpus_units == "sentences" and sentences is None:
+    if token_shard is not None:
+        if method.token_format is None:
+            raise SystemExit(f"error: method {method.name} encodes from text only: no --tokens")
+        token_shard.check(model.tokenizer, model.max_passage_len,
+                          model_format(model, method.corpus_units), rows=[start, stop])  # fmt: skip
+    elif method.corpus_units == "sentences" and sentences is None:
         raise SystemExit(f"error: method {method.name} encodes sentences: give --sentences")
     device = select_device()
     precision = resolve_precision(cfg["precision"], device, int8_bits=cfg["int8_weight_bits"])
@@ -178,28 +202,25 @@ def encode_shard(
 
     t0 = time.perf_counter()
     n_empty, n_rows = 0, 0
-    blocks = _blocks(passages, start, stop, int(cfg["block_size"]))
-    if method.corpus_units == "sentences":
-        blocks = attach_sentences(blocks, sentences)
+    if token_shard is not None:
+        blocks = _token_blocks(method, model, token_shard, settings, int(cfg["block_size"]))
+        n_empty = int(token_shard.meta["n_empty_text"])
+    else:
+        blocks = _text_blocks(method, model, passages, start, stop, settings, cfg, sentences)
     with atomic_path(out) as tmp_vec, atomic_path(ids_path_for(out)) as tmp_ids:
         vecs = NpyAppender(tmp_vec, dtype, dim)
         ids = NpyAppender(tmp_ids, np.int64, None)
         bar = progress(total=n, desc=f"encode shard {shard}", unit="psg")
         try:
-            for pids, titles, texts, *spans in blocks:
-                for i, text in enumerate(texts):
-                    if text is None:
-                        raise InputError(passages, f"pid {int(pids[i])}", "passage text is null")
-                n_empty += sum(1 for t in texts if not t.strip())
-                block = CorpusBlock(pids, titles, texts, spans[0] if spans else None)
-                unit_ids, block_vecs = method.encode_corpus(model, block, settings)
+            for unit_ids, block_vecs, n_block, block_empty in blocks:
+                n_empty += block_empty
                 if block_vecs.shape != (len(unit_ids), dim):
                     raise RuntimeError(f"method returned vectors {block_vecs.shape} for "
                                        f"{len(unit_ids)} units of dimension {dim}")  # fmt: skip
                 vecs.append(block_vecs)
                 ids.append(np.asarray(unit_ids, dtype=np.int64))
-                n_rows += len(pids)
-                bar.update(len(pids))
+                n_rows += n_block
+                bar.update(n_block)
         finally:
             bar.close()
             vecs.close()
@@ -225,12 +246,37 @@ def encode_shard(
         **precision.report(),
         "device": str(device),
         "max_passage_len": model.max_passage_len,
+        "read": "tokens" if token_shard is not None else "text",
+        **({"tokens": str(tokens)} if token_shard is not None else {}),
         "seconds": round(seconds, 3),
         "passages_per_second": round(n / seconds, 2) if seconds > 0 else None,
         **method.encode_report(),
     }
     log.info("encoded %d passages in %.1f s (%.1f/s)", n, seconds, n / max(seconds, 1e-9))
     return report
+
+
+def _text_blocks(method, model, passages, start, stop, settings, cfg, sentences):
+    """(unit ids, vectors, passages, empty texts) per block, encoded from the passage text."""
+    from drpipe.methods.base import CorpusBlock
+
+    blocks = _blocks(passages, start, stop, int(cfg["block_size"]))
+    if method.corpus_units == "sentences":
+        blocks = attach_sentences(blocks, sentences)
+    for pids, titles, texts, *spans in blocks:
+        for i, text in enumerate(texts):
+            if text is None:
+                raise InputError(passages, f"pid {int(pids[i])}", "passage text is null")
+        n_empty = sum(1 for t in texts if not t.strip())
+        block = CorpusBlock(pids, titles, texts, spans[0] if spans else None)
+        unit_ids, vecs = method.encode_corpus(model, block, settings)
+        yield unit_ids, vecs, len(pids), n_empty
+
+
+def _token_blocks(method, model, shard: TokenShard, settings, block_size: int):
+    """The same from the shard's stored ids (empty texts: counted when tokenized)."""
+    for unit_ids, vecs, n in method.encode_tokens(model, shard, settings, block_size):
+        yield unit_ids, vecs, n, 0
 
 
 def encode_queries(
@@ -277,7 +323,7 @@ def encode_queries(
 def _cmd_encode(args: argparse.Namespace) -> int:
     report = encode_shard(
         args.model, args.passages, args.shard, args.num_shards, args.out, args.cfg,
-        sentences=args.sentences,
+        sentences=args.sentences, tokens=args.tokens,
     )  # fmt: skip
     if args.report:
         write_json(args.report, {**report, "environment": environment(("cpu", "torch"))})
@@ -302,8 +348,10 @@ def register(sub) -> None:
     p.add_argument(
         "--model", required=True, help="model directory (query/, passage/, drpipe_encoder.json)"
     )
-    p.add_argument("--passages", required=True, help="passage table (Parquet)")
+    p.add_argument("--passages", help="passage table (Parquet); not needed with --tokens")
     p.add_argument("--sentences", help="sentence table (Parquet), for sentence-level methods")
+    p.add_argument("--tokens", help="the shard's token ids, as `drpipe tokenize --out` wrote "
+                   "them (PREFIX): read instead of the text, same vectors")  # fmt: skip
     p.add_argument("--shard", type=int, required=True, help="this shard's index, 0-based")
     p.add_argument("--num-shards", type=int, required=True)
     p.add_argument("--out", required=True, help="shard-I.npy; ids go to shard-I.ids.npy next to it")
@@ -324,3 +372,4 @@ def register(sub) -> None:
     add_cfg(q)
     add_runtime(q, "batch_size")
     q.set_defaults(func=_cmd_encode_queries)
+    register_tokenize(sub)

@@ -36,7 +36,7 @@ uniqueness check requires.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -270,6 +270,37 @@ class Method(ABC):
             bf16=settings.bf16, device=settings.device, show_progress=False, fmt=model.text,
         )  # fmt: skip
         return unit_id(block.pids), vecs
+
+    # What ``drpipe tokenize`` writes for its encoding (``drpipe.tokens``: "passages", one
+    # text or pair per passage; "marked", DCSR's); None: it encodes from text only.
+    token_format: ClassVar[str | None] = "passages"
+
+    @classmethod
+    def tokenize_corpus(
+        cls, tokenizer, fmt: dict[str, Any], max_length: int, titles, texts, spans=None
+    ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """``drpipe tokenize``'s ids of a block of passages in ``token_format`` (``fmt``: its
+        keys, ``drpipe.tokens.passage_format``), exactly those ``encode_corpus`` feeds the model
+        (padding stripped); and per passage its sentences and whether its text was cut (0 and
+        False here)."""
+        from drpipe.encoders import TextFormat, tokenize_passages  # torch: at first use
+        from drpipe.tokens import unpadded
+
+        n = len(texts)
+        text_fmt = TextFormat.of({k: v for k, v in fmt.items() if k != "format"})
+        batch = tokenize_passages(tokenizer, titles, texts, max_length, text_fmt)
+        ids = unpadded(batch, n, tokenizer.padding_side)
+        return ids, np.zeros(n, np.int32), np.zeros(n, bool)
+
+    def encode_tokens(
+        self, model: Any, shard: Any, settings: EncodeSettings, block_size: int
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+        """``encode_corpus`` of a token shard (``drpipe.tokens.TokenShard`` of ``token_format``)
+        in blocks of ``block_size`` rows: (unit ids, vectors, passages) per block, the vectors
+        those of the same rows encoded from text (same batches, bit for bit)."""
+        from drpipe.tokens import encode_passage_tokens  # torch: at first use
+
+        return encode_passage_tokens(model, shard, settings, block_size)
 
     def encode_report(self) -> dict[str, Any]:
         """Statistics of ``encode_corpus`` calls for the shard's report (e.g. cut sentences)."""

@@ -81,6 +81,7 @@ from drpipe.methods.dcsr_parts.markers import (
     SENT_TOKEN,
     SENTENCE_POOLINGS,
     MarkedBatch,
+    encode_marked_tokens,
     encode_sentences,
     sentence_states,
     tokenize_marked,
@@ -476,6 +477,21 @@ class DCSR(Method):
     ) -> tuple[np.ndarray, np.ndarray]:
         """One forward pass per passage; one vector per sentence whose marker fits."""
         return encode_sentences(model, block, settings, self.cfg["sentence_pooling"], self._encode)
+
+    token_format = "marked"
+
+    @classmethod
+    def tokenize_corpus(cls, tokenizer, fmt, max_length, titles, texts, spans=None):
+        from drpipe.tokens import unpadded
+
+        mb = tokenize_marked(tokenizer, titles, texts, spans, max_length)
+        ids = unpadded(mb.inputs, len(texts), tokenizer.padding_side)
+        return ids, np.asarray(mb.n_sentences, np.int32), np.asarray(mb.text_cut, bool)
+
+    def encode_tokens(self, model: Any, shard: Any, settings: EncodeSettings, block_size: int):
+        return encode_marked_tokens(
+            model, shard, settings, block_size, self.cfg["sentence_pooling"], self._encode
+        )
 
     def encode_report(self) -> dict[str, Any]:
         c = self._encode

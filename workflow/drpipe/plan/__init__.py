@@ -5,7 +5,8 @@ read their inputs, outputs and params from it; tests read the same plan in milli
 A plan is composed of parts: each registered paper's (``papers/<key>/plan.py``, whose ``PLAN``
 names its classes: plain mixins, so that the papers' folder imports neither this package nor
 the config loader, both of which import the paper registry) and the shared ones here
-(``base``, ``inputs``, ``steps``, ``provenance``, ``zero_shot``). Parts meet through hooks, methods a part defines under an agreed name and
+(``base``, ``inputs``, ``steps``, ``provenance``, ``zero_shot``, ``external``,
+``transfer``). Parts meet through hooks, methods a part defines under an agreed name and
 ``PlanBase.hooks`` collects: ``table2_hook`` (rows a paper adds to the shared Table 2),
 ``run_report_hook`` (the reports behind a paper's own runs) and ``targets`` (a paper's tables
 and figures).
@@ -23,6 +24,7 @@ from drpipe.plan.external import ExternalRunsPlan
 from drpipe.plan.inputs import InputsPlan
 from drpipe.plan.provenance import ProvenancePlan
 from drpipe.plan.steps import StepsPlan
+from drpipe.plan.transfer import TransferPlan
 from drpipe.plan.zero_shot import ZeroShotPlan
 
 __all__ = ["PlanBase", "build_plan", "cfg_json", "exports", "plan_class", "targets"]
@@ -37,7 +39,15 @@ def plan_class() -> type[PlanBase]:
             parts += importlib.import_module(f"{p.module}.plan").PLAN
     return type(
         "Plan",
-        (*parts, ExternalRunsPlan, ZeroShotPlan, ProvenancePlan, StepsPlan, InputsPlan),
+        (
+            *parts,
+            TransferPlan,
+            ExternalRunsPlan,
+            ZeroShotPlan,
+            ProvenancePlan,
+            StepsPlan,
+            InputsPlan,
+        ),
         {},
     )
 

@@ -57,6 +57,7 @@ class ExternalRunsPlan(PlanBase):
         """An entry whose dataset or split Table 2 does not show would have no row."""
         from drpipe.errors import ConfigError
 
+        super().check()
         t = self.C["tables"]
         for run, e in self.EXTERNAL.items():
             name = run.removeprefix(EXTERNAL_PREFIX)

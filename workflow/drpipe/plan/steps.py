@@ -3,14 +3,24 @@ training, encoding, index, search, corpus subsets)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
+from functools import cached_property
+
 from drpipe.config import (
     ConfigError,
     method_config,
     method_run_options,
 )
-from drpipe.methods import method_class
+from drpipe.methods import method_class, method_module
 from drpipe.plan.base import PlanBase
 from drpipe.subsets import parse_subset
+
+
+def _digest(obj) -> str:
+    """8 hex digits of a JSON value (a token key's part)."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:8]
 
 
 class StepsPlan(PlanBase):
@@ -122,6 +132,108 @@ class StepsPlan(PlanBase):
         out = {"passages": "results/corpus/passages.parquet"}
         if method_class(self.run_method(run)).corpus_units == "sentences":
             out["sentences"] = "results/corpus/sentences.parquet"
+        return out
+
+    # ---- tokenize once (drpipe.tokens): the ids of every run whose encoder shares them
+
+    def _token_spec(self, cfg, method):
+        """What ``drpipe tokenize`` writes for an encoder of ``cfg`` (its ``init`` as config
+        names it) encoded by ``method``: {"key": <tokenizer key>/<format key>, "tokenizer":
+        where it is read, "inputs": its stand-in, "cfg": tokenize's --cfg}; None when the method
+        encodes from text only."""
+        klass = method_class(method)
+        fmt = klass.token_format
+        if fmt is None:
+            return None
+        init = str(cfg["init"])
+        add = list(klass.special_tokens)
+        max_len = int(cfg["max_passage_len"])
+        text = {} if fmt == "marked" else {
+            "passage_prefix": cfg.get("passage_prefix", ""), "title": cfg.get("title", "pair"),
+            **({"title_sep": cfg.get("title_sep", ". ")} if cfg.get("title") == "concat" else {}),
+        }  # fmt: skip
+        tok_key = "{}-{}".format(
+            re.sub(r"[^A-Za-z0-9_.-]+", "_", init.rstrip("/").rsplit("/", 1)[-1]).strip("_."),
+            _digest([init, add]),
+        )
+        fmt_key = "-".join([fmt, *([text["title"]] if text else []), f"L{max_len}",
+                            _digest([fmt, max_len, text])])  # fmt: skip
+        maker = next(m for m in self.METHODS if method_class(m).token_format == fmt)
+        return {
+            "key": f"{tok_key}/{fmt_key}",
+            # the code that writes them: drpipe.tokens and the method whose format it is
+            "code": self.code("drpipe.tokens", method_module(maker)),
+            "tokenizer": self.model_path(init),
+            "inputs": self.model_inputs(init),
+            "units": klass.corpus_units,
+            "cfg": {"format": fmt, "max_length": max_len, "add_tokens": add, **text},
+        }
+
+    @cached_property
+    def TOKEN_SPECS(self):
+        """Run -> its token spec, for the runs whose encoder the plan knows: the initial
+        encoders and every configured method run (``dpr``, ``dcsr.t4_bm25_2``, ...). Other runs
+        (a released checkpoint, another rule's models) encode from text."""
+        out = {}
+        for run in ("init", *self.ZERO_SHOT):
+            cfg = dict(self.C["encoder"])
+            if run != "init":
+                cfg.update(self.ZERO_SHOT[run])
+            out[run] = self._token_spec(cfg, "dpr")
+        for method in self.METHODS:
+            variants = (self.C["methods"].get(method) or {}).get("variants") or {}
+            for run in (method, *(f"{method}.{v}" for v in variants)):
+                if run == getattr(self, "RELEASED_RUN", None):
+                    continue
+                try:
+                    cfg = method_config(self.C, run)
+                except ConfigError:
+                    continue
+                out[run] = self._token_spec(cfg, method)
+        return {run: spec for run, spec in out.items() if spec is not None}
+
+    def token_spec_of(self, tokenizer, fmt):
+        """The spec of tokenize's wildcards (any run's: all that share it are alike)."""
+        key = f"{tokenizer}/{fmt}"
+        for spec in self.TOKEN_SPECS.values():
+            if spec["key"] == key:
+                return spec
+        raise ConfigError(f"no run of this config encodes with the token ids {key}")
+
+    def token_prefix(self, run, shard):
+        """The token shard (``drpipe tokenize --out``) a run's encoding reads, or None."""
+        spec = self.TOKEN_SPECS.get(run)
+        return f"results/tokens/{spec['key']}/shard-{shard}" if spec else None
+
+    def token_corpus_inputs(self, tokenizer, fmt):
+        """What tokenize reads: the passages, the sentences for marked passages, the stand-in."""
+        spec = self.token_spec_of(tokenizer, fmt)
+        out = {"passages": "results/corpus/passages.parquet"}
+        if spec["units"] == "sentences":
+            out["sentences"] = "results/corpus/sentences.parquet"
+        if spec["inputs"]:
+            out["tokenizer"] = spec["inputs"]
+        return out
+
+    def encode_inputs(self, run, shard):
+        """What encoding a run's shard reads: its token shard where it has one, else the
+        corpus tables (``corpus_inputs``)."""
+        prefix = self.token_prefix(run, shard)
+        if prefix is None:
+            return self.corpus_inputs(run)
+        return {f"tokens_{k}": f"{prefix}{suffix}"
+                for k, suffix in (("ids", ".tokens.npy"), ("rows", ".rows.npy"),
+                                  ("meta", ".json"))}  # fmt: skip
+
+    def encode_source(self, run, shard):
+        """``drpipe encode``'s source options: ``--tokens PREFIX`` or ``--passages`` (and
+        ``--sentences``)."""
+        prefix = self.token_prefix(run, shard)
+        if prefix is not None:
+            return f"--tokens {prefix}"
+        out = f"--passages {self.corpus_inputs(run)['passages']}"
+        if "sentences" in self.corpus_inputs(run):
+            out += f" --sentences {self.corpus_inputs(run)['sentences']}"
         return out
 
     def train_corpus(self, run):

@@ -188,3 +188,92 @@ def encode_sentences(
         out.append(vecs)
     vectors = np.concatenate(out) if out else np.empty((0, dim), dtype=np.float32)
     return unit_id(np.asarray(pids, np.int64), np.asarray(sents, np.int64)), vectors
+
+
+def marker_index(sent_id: int):
+    """``tokens.host_batches``' ``extra`` for marked passages: each kept marker's row, position
+    and span end (the next marker, else the row's last token: ``tokenize_marked``'s ``ends``)
+    from the padded ids, as ``tokenize_marked`` finds them."""
+
+    def extra(ids: np.ndarray, mask: np.ndarray, rows: np.ndarray) -> dict[str, Any]:
+        r, c = np.nonzero(ids == sent_id)  # row-major: torch's nonzero order
+        got = np.bincount(r, minlength=len(ids))
+        lengths = mask.sum(1)
+        ends = np.empty_like(c)
+        if len(c):
+            ends[:-1] = c[1:]
+            last = np.ones(len(c), bool)
+            last[:-1] = r[1:] != r[:-1]  # a row's last marker ends at its last token
+            ends[last] = lengths[r[last]] - 1
+        return {
+            "rows": torch.from_numpy(r.astype(np.int64)),
+            "starts": torch.from_numpy(c.astype(np.int64)),
+            "ends": torch.from_numpy(ends.astype(np.int64)),
+            "got": got,
+            "n_sentences": np.asarray(rows["sentences"], np.int64),
+            "text_cut": (np.asarray(rows["flags"]) & 2) > 0,
+        }
+
+    return extra
+
+
+def encode_marked_tokens(
+    model: Any,
+    shard,
+    settings: EncodeSettings,
+    block_size: int,
+    pooling: str,
+    counts: dict[str, int],
+):
+    """``encode_sentences`` of a token shard (``drpipe.tokens``, format ``marked``): (unit ids,
+    vectors, passages) per block of ``block_size`` rows, from the same batches."""
+    from drpipe.encoders import autocast  # torch: at first use
+    from drpipe.tokens import feed, run_batches
+
+    sent_id = shard.meta["tokenizer"]["sent_id"]
+    if sent_id is None:
+        raise ValueError(f"{shard.prefix}: the token shard records no {SENT_TOKEN} id")
+    encoder = model.passage.to(settings.device)
+    dim = int(encoder.model.config.hidden_size)
+    was_training = encoder.training
+    encoder.eval()
+    per_passage: list = []
+
+    def forward(b, inputs, extra):
+        return sentence_states(
+            encoder, inputs, extra["rows"], extra["starts"], extra["ends"], pooling
+        )
+
+    def add(key: str, n: int) -> None:
+        counts[key] = counts.get(key, 0) + int(n)
+
+    try:
+        with torch.inference_mode(), autocast(settings.device, settings.bf16):
+            batches = feed(shard, block_size, settings.batch_size, settings.device,
+                           extra=marker_index(int(sent_id)))  # fmt: skip
+            for b, vecs in run_batches(batches, forward, settings.device):
+                if not per_passage:
+                    per_passage = [None] * b.block_rows
+                got, n_sent, cut = b.extra["got"], b.extra["n_sentences"], b.extra["text_cut"]
+                at = 0
+                for r, i in enumerate(b.idx.tolist()):
+                    per_passage[i] = (list(range(int(got[r]))), vecs[at : at + got[r]])
+                    at += int(got[r])
+                lost = n_sent - got
+                add("sentences", n_sent.sum())
+                add("sentences_cut", lost.sum())
+                add("passages_with_cut_sentences", (lost > 0).sum())
+                add("sentences_text_truncated", (cut & (got > 0)).sum())
+                if b.last:
+                    pids_block = shard.rows["pid"][b.block_start : b.block_start + b.block_rows]
+                    pids, sents, out = [], [], []
+                    for i, (kept, v) in enumerate(per_passage):
+                        pids += [int(pids_block[i])] * len(kept)
+                        sents += kept
+                        out.append(v)
+                    vectors = np.concatenate(out) if out else np.empty((0, dim), np.float32)
+                    units = unit_id(np.asarray(pids, np.int64), np.asarray(sents, np.int64))
+                    yield units, vectors, b.block_rows
+                    per_passage = []
+    finally:
+        encoder.train(was_training)

@@ -1,0 +1,395 @@
+"""A real single-node SLURM on this machine, for the tests and for a user's rehearsal.
+
+Debian's ``slurmctld slurmd slurm-client munge`` (installed by ``ensure_packages`` where this
+runs as root with apt), started without systemd as children of the process that brings the
+cluster up: munged, slurmctld and slurmd in the foreground, their PIDs recorded in
+``state.json``. Everything they write is under one folder (default ``/tmp/drpipe-slurm``,
+``DRPIPE_SLURM_DIR`` to change it).
+
+The node advertises what the SLURM profile's paper-scale jobs ask for (64 CPUs, 512 GB, 8 GPUs
+as GRES, ``SlurmdParameters=config_overrides``), so every request is checked against a real
+scheduler on a CPU box; ``EnforcePartLimits=ALL`` and the partitions' ``MaxMemPerNode`` make a
+request the cluster cannot satisfy fail at sbatch, as on a real cluster. No accounting daemon
+(the profile must work without one; that is where the executor plugin's default ``sacct``
+status command hangs).
+
+Slurm runs configless (``enable_configless``; slurmd fetches the configuration from
+slurmctld): the executor plugin's in-job ``srun`` drops ``SLURM_CONF``, and a client without
+it finds slurmd's cached copy at ``/run/slurm/conf``, as on most real clusters. Outside jobs
+the commands read ``SLURM_CONF`` (``LocalCluster.env()``).
+
+One cluster per machine: ``up`` takes ``<dir>.lock`` (fcntl) while it checks and starts, and
+refuses when a recorded cluster is still alive. ``down`` cancels every job, sends TERM to each
+recorded PID, KILL after a timeout, and removes what ``up`` wrote.
+
+Command line: ``tests/slurm/local-cluster up|down|status|install``, or ``run -- COMMAND``
+(up, the command with ``SLURM_CONF`` set, down even if it fails).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import system_packages
+
+DAEMONS = ("munged", "slurmctld", "slurmd")
+NODE = "drpipe-node"
+# What the node advertises: the profile's largest requests (training: 8 GPUs, 32 CPUs,
+# 256 GB; DCSR's index: 320 GB) fit; MAX_MEM_MB is each partition's per-node limit.
+CPUS, REAL_MEM_MB, MAX_MEM_MB, GPUS = 64, 512_000, 400_000, 8
+CONF_LINK = Path("/run/slurm/conf")
+# munge's own socket path: slurmd asks slurmctld for its configuration (configless) before it
+# has read any AuthInfo, so it can only reach munged where munge puts it by default.
+MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
+
+
+class ClusterUnavailable(RuntimeError):
+    """SLURM cannot be started here (not root, no packages and no way to install them)."""
+
+
+def default_dir() -> Path:
+    return Path(os.environ.get("DRPIPE_SLURM_DIR", "/tmp/drpipe-slurm"))
+
+
+def ensure_packages() -> None:
+    """Debian's SLURM and munge, installed if missing (system_packages.py); ClusterUnavailable
+    with the reason where that cannot be done (not root, no apt-get, the install failed)."""
+    reason = system_packages.available("slurm")
+    if reason:
+        raise ClusterUnavailable(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of this process is not alive (it only waits to be reaped).
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def slurm_conf(root: Path, ctld_port: int, slurmd_port: int) -> str:
+    host = socket.gethostname().split(".")[0]
+    return f"""\
+ClusterName=drpipe
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+SlurmctldParameters=enable_configless
+StateSaveLocation={root}/state
+SlurmdSpoolDir={root}/spool
+SlurmctldPidFile={root}/slurmctld.pid
+SlurmdPidFile={root}/slurmd.pid
+SlurmctldLogFile={root}/log/slurmctld.log
+SlurmdLogFile={root}/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+SchedulerType=sched/backfill
+SlurmdParameters=config_overrides
+EnforcePartLimits=ALL
+ReturnToService=2
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+GresTypes=gpu
+MinJobAge=3600
+KillWait=5
+InactiveLimit=0
+SchedulerParameters=sched_interval=1
+NodeName={NODE} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={REAL_MEM_MB} Gres=gpu:{GPUS} State=UNKNOWN
+PartitionName=cpu Nodes={NODE} Default=YES MaxTime=INFINITE MaxMemPerNode={MAX_MEM_MB} State=UP
+PartitionName=gpu Nodes={NODE} MaxTime=INFINITE MaxMemPerNode={MAX_MEM_MB} State=UP
+"""  # noqa: E501
+
+
+@dataclass
+class LocalCluster:
+    root: Path = field(default_factory=default_dir)
+
+    @property
+    def conf(self) -> Path:
+        return self.root / "etc" / "slurm.conf"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """An environment whose SLURM commands talk to this cluster."""
+        return {**(os.environ if base is None else base), "SLURM_CONF": str(self.conf)}
+
+    def run(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(cmd, env=self.env(), capture_output=True, text=True, check=check,
+                              timeout=60)  # fmt: skip
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @contextmanager
+    def _lock(self):
+        lock = self.root.with_name(self.root.name + ".lock")
+        with open(lock, "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def recorded(self) -> dict | None:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def is_up(self) -> bool:
+        state = self.recorded()
+        return bool(state) and all(_alive(p) for p in state["pids"].values())
+
+    def up(self, timeout: float = 60.0) -> float:
+        """Start the cluster and wait until its node is idle; the seconds it took."""
+        if os.geteuid() != 0:
+            raise ClusterUnavailable("a local SLURM runs its daemons as root; this is not root")
+        ensure_packages()
+        self.root.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock():
+            if self.is_up():
+                raise ClusterUnavailable(
+                    f"a local cluster is already up in {self.root} (pids "
+                    f"{self.recorded()['pids']}); `tests/slurm/local-cluster down` stops it"
+                )
+            if self.recorded():  # a dead one: clean what it left
+                self._stop(self.recorded())
+            start = time.perf_counter()
+            self._start()
+        try:
+            self._wait_idle(timeout)
+        except BaseException:
+            self.down()
+            raise
+        return time.perf_counter() - start
+
+    def _start(self) -> None:
+        if self.root.exists():
+            shutil.rmtree(self.root)
+        for sub in ("etc", "state", "spool", "log", "munge"):
+            (self.root / sub).mkdir(parents=True)
+        self.root.chmod(0o755)
+        (self.root / "munge").chmod(0o700)
+        if MUNGE_SOCKET.exists():
+            raise ClusterUnavailable(
+                f"{MUNGE_SOCKET} exists: another munged runs here (stop it, or use its cluster)"
+            )
+        MUNGE_SOCKET.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        key = self.root / "munge" / "munge.key"
+        key.write_bytes(os.urandom(128))
+        key.chmod(0o400)
+        self.conf.write_text(slurm_conf(self.root, _free_port(), _free_port()))
+        self._gres()
+        log = self.root / "log"
+        mdir = self.root / "munge"
+        cmds = {
+            "munged": ["munged", "-F", "-f", f"--key-file={key}", f"--socket={MUNGE_SOCKET}",
+                       f"--pid-file={mdir}/munged.pid", f"--seed-file={mdir}/munged.seed",
+                       f"--log-file={log}/munged.log"],
+            "slurmctld": ["slurmctld", "-D", "-i", "-f", str(self.conf)],
+            "slurmd": ["slurmd", "-D", "-N", NODE, "--conf-server",
+                       f"127.0.0.1:{self._ctld_port()}"],
+        }  # fmt: skip
+        pids: dict[str, int] = {}
+        state = {"root": str(self.root), "pids": pids, "started": time.time()}
+        try:
+            for name in DAEMONS:
+                out = open(log / f"{name}.out", "w")  # noqa: SIM115
+                proc = subprocess.Popen(
+                    cmds[name], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    env=self.env(), start_new_session=True,
+                )  # fmt: skip
+                out.close()
+                pids[name] = proc.pid
+                self.state_file.write_text(json.dumps(state, indent=1))
+                if name == "munged":
+                    self._wait_for(MUNGE_SOCKET.exists, 10, "munged")
+                if name == "slurmctld":
+                    self._wait_for(lambda: self.run("scontrol", "ping", check=False)
+                                   .stdout.count("UP") > 0, 20, "slurmctld")  # fmt: skip
+        except BaseException:
+            self._stop(state)
+            raise
+
+    def _gres(self) -> None:
+        """GPUs as GRES: a character device each, /dev/null's numbers (slurmd counts them;
+        with TaskPlugin=task/none nothing confines a job to them)."""
+        dev = self.root / "dev"
+        dev.mkdir()
+        for i in range(GPUS):
+            os.mknod(dev / f"gpu{i}", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        (self.root / "etc" / "gres.conf").write_text(
+            f"NodeName={NODE} Name=gpu File={dev}/gpu[0-{GPUS - 1}]\n"
+        )
+
+    def _ctld_port(self) -> int:
+        for line in self.conf.read_text().splitlines():
+            if line.startswith("SlurmctldPort="):
+                return int(line.split("=", 1)[1])
+        raise AssertionError("no SlurmctldPort")
+
+    def _wait_for(self, ready, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        pids = (self.recorded() or {}).get("pids", {})
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            dead = [n for n, p in pids.items() if not _alive(p)]
+            if dead:
+                raise ClusterUnavailable(f"{', '.join(dead)} exited at start: {self._tail()}")
+            time.sleep(0.2)
+        raise ClusterUnavailable(f"{what} not ready after {timeout:.0f} s: {self._tail()}")
+
+    def _tail(self) -> str:
+        parts = []
+        for f in sorted((self.root / "log").glob("*")):
+            text = f.read_text(errors="replace").strip().splitlines()[-5:]
+            if text:
+                parts.append(f"{f.name}: " + " | ".join(text))
+        return "; ".join(parts)
+
+    def node_state(self) -> str:
+        out = self.run("sinfo", "-h", "-N", "-n", NODE, "-o", "%T", check=False)
+        return out.stdout.strip().splitlines()[0] if out.stdout.strip() else "unknown"
+
+    def _wait_idle(self, timeout: float) -> None:
+        self._wait_for(lambda: self.node_state() in ("idle", "mixed", "allocated"),
+                       timeout, f"node {NODE}")  # fmt: skip
+
+    def down(self, timeout: float = 15.0) -> float:
+        """Cancel every job, stop the daemons (TERM, then KILL), remove the folder."""
+        start = time.perf_counter()
+        with self._lock():
+            state = self.recorded()
+            if state:
+                self._stop(state, timeout)
+            elif self.root.exists():
+                shutil.rmtree(self.root, ignore_errors=True)
+        return time.perf_counter() - start
+
+    def _stop(self, state: dict, timeout: float = 15.0) -> None:
+        pids = state.get("pids", {})
+        if pids.get("slurmctld") and _alive(pids["slurmctld"]):
+            subprocess.run(["scancel", "--full", "--quiet", "--partition=cpu,gpu"],
+                           env=self.env(), capture_output=True, timeout=30)  # fmt: skip
+        # slurmd first (its job steps end with it), munged last (the others use it to stop).
+        for name in reversed(DAEMONS):
+            pid = pids.get(name)
+            if pid and _alive(pid):
+                _terminate(pid, timeout)
+        # slurmd's link to its configless cache, where it points here.
+        if CONF_LINK.is_symlink() and str(os.readlink(CONF_LINK)).startswith(str(self.root)):
+            CONF_LINK.unlink()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # ------------------------------------------------------------------ jobs
+
+    def jobs(self) -> list[dict]:
+        """Every job the controller remembers (MinJobAge keeps finished ones an hour)."""
+        out = self.run("scontrol", "show", "job", "-o", "--details", check=False).stdout
+        jobs = []
+        for line in out.splitlines():
+            if not line.startswith("JobId="):
+                continue
+            fields = {}
+            for token in line.split(" "):
+                if "=" in token:
+                    k, v = token.split("=", 1)
+                    fields.setdefault(k, v)
+            jobs.append(fields)
+        return jobs
+
+
+def _terminate(pid: int, timeout: float) -> None:
+    """TERM the process group of ``pid`` (each daemon leads its own), KILL after timeout."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    return
+            except ChildProcessError:  # not our child: poll
+                if not _alive(pid):
+                    return
+            time.sleep(0.1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="local-cluster", description=__doc__.split("\n\n")[0])
+    ap.add_argument("action", choices=("up", "down", "status", "install", "run"),
+                    help="run: up, then COMMAND with SLURM_CONF set, then down")  # fmt: skip
+    ap.add_argument("--dir", type=Path, default=default_dir(), help="where the cluster lives")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="(run) -- COMMAND ...")
+    args = ap.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if (args.action == "run") != bool(command):
+        ap.error("a COMMAND goes with `run` (and only with it): run -- COMMAND ...")
+    cluster = LocalCluster(args.dir)
+    try:
+        if args.action == "install":
+            ensure_packages()
+        elif args.action == "up":
+            took = cluster.up()
+            print(
+                f"local SLURM up in {took:.1f} s; use it with:\n  export SLURM_CONF={cluster.conf}"
+            )
+        elif args.action == "run":
+            print(f"local SLURM up in {cluster.up():.1f} s ({cluster.conf})", flush=True)
+            try:
+                return subprocess.run(command, env=cluster.env()).returncode
+            finally:
+                print(f"local SLURM down in {cluster.down():.1f} s", flush=True)
+        elif args.action == "down":
+            print(f"local SLURM down in {cluster.down():.1f} s")
+        else:
+            if not cluster.is_up():
+                print("down")
+                return 1
+            print(f"up: {cluster.recorded()['pids']}; node {NODE} {cluster.node_state()}")
+    except ClusterUnavailable as err:
+        print(f"local-cluster: {err}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
