@@ -37,7 +37,7 @@ export TRANSFORMERS_OFFLINE := 1
 endif
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install run test lint format bench clean squad audit claims rehearse estimate verify
+.PHONY: help install lock run test lint format bench clean squad audit claims rehearse estimate verify cluster-check
 
 help:
 	@echo "make run       install, run the default (mini) scale -> results/table2.md"
@@ -46,9 +46,10 @@ help:
 	@echo "make audit     lineage of every cell, what would rerun, the claims, the HTML report"
 	@echo "make claims    the papers' claims on what a run has made so far"
 	@echo "make estimate  what TARGET would cost, from a finished run's timings (FROM=run/)"
+	@echo "make cluster-check  whether SLURM accepts every job's request (SCALE=paper)"
 	@echo "make rehearse  the paper scale's every rule on stand-ins, on one CPU (PROFILE=slurm)"
 	@echo "make bench     the benchmarks (BENCH_ARGS=--smoke: seconds each)"
-	@echo "make lint | format | install | clean"
+	@echo "make lint | format | install | lock | clean   (lock: requirements/lock-cpu.txt)"
 	@echo "Variables: SCALE=squad TARGET=results/... CONFIG='key=value ...' CORES=N"
 	@echo "           SNAKEMAKE_ARGS=-n DATA_MIRROR=../shared/data PYTEST_ARGS=..."
 	@echo "           OFFLINE=1 (no Hugging Face hub; the default with DATA_MIRROR)"
@@ -64,19 +65,46 @@ install: $(STAMP)
 # lies); the rest through uv, which resolves the same versions in a third of pip's time
 # (21-26 s against ~65 s here; the whole install 70-77 s against 123 s, quiet), or through pip
 # where uv cannot be installed or fails.
+# With the lock (LOCK, made by `make lock`) the rest are its exact versions, then drpipe itself
+# with --no-deps; without it (LOCK=), the newest that pyproject.toml allows, as resolved then.
 SITE = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
-EXTRAS = .[bm25,mini,workflow,test]
-$(STAMP): pyproject.toml
+# The extras `make install` installs: run (bm25, mini, workflow) and test; `make run` uses none
+# of test's packages (tests/test_install.py), but run and test share the one venv.
+EXTRA_NAMES = bm25 mini workflow test
+comma := ,
+empty :=
+space := $(empty) $(empty)
+EXTRAS = .[$(subst $(space),$(comma),$(EXTRA_NAMES))]
+LOCK ?= $(wildcard requirements/lock-cpu.txt)
+UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python
+PIP_INSTALL = $(BIN)/pip install --quiet --no-compile
+REST = $(if $(LOCK),-r $(LOCK),-e "$(EXTRAS)")
+SELF = $(if $(LOCK),&& $$install --no-deps -e .)
+$(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet uv || echo "uv not installed: pip installs everything"
 	$(BIN)/pip install --quiet --no-compile "$(TORCH)"
 	{ $(BIN)/python -m compileall -qq -j 0 "$(SITE)/torch" > /dev/null & }; \
-		{ [ -x $(BIN)/uv ] && $(BIN)/uv pip install --quiet --python $(BIN)/python -e "$(EXTRAS)"; } \
-		|| $(BIN)/pip install --quiet --no-compile -e "$(EXTRAS)"; \
+		{ [ -x $(BIN)/uv ] && install="$(UV_INSTALL)" && $$install $(REST) $(SELF); } \
+		|| { install="$(PIP_INSTALL)" && $$install $(REST) $(SELF); }; \
 		status=$$?; wait; exit $$status
 	$(BIN)/python -m compileall -qq -j 0 "$(SITE)" > /dev/null || true
 	touch $@
+
+# Regenerates requirements/lock-cpu.txt from pyproject.toml: every package `make install` puts
+# beside torch, for Python 3.11 on Linux x86_64. torch itself is left out (the Makefile installs
+# $(TORCH), the CPU build) and so is what only PyPI's CUDA build of it needs
+# (requirements/torch-cuda.txt); its other dependencies are pinned. Versions already in the lock
+# are kept where pyproject.toml still allows them; LOCK_ARGS=--upgrade takes the newest.
+LOCK_FILE = requirements/lock-cpu.txt
+LOCK_ARGS ?=
+lock:
+	@command -v uv > /dev/null || { echo "make lock needs uv: make install, or pip install uv" >&2; exit 1; }
+	echo "$(TORCH)" | uv pip compile --quiet pyproject.toml - $(addprefix --extra ,$(EXTRA_NAMES)) \
+		--python-version 3.11 --python-platform x86_64-manylinux_2_28 --no-emit-package torch \
+		--excludes requirements/torch-cuda.txt --custom-compile-command "make lock" \
+		-o $(LOCK_FILE) $(LOCK_ARGS)
 
 # The targets come before SNAKEMAKE_ARGS: an option that takes several values
 # (--forcerun RULE..., --until, -q) would otherwise read them as its own.
@@ -114,6 +142,11 @@ endif
 	$(LOCAL_SLURM) $(BIN)/snakemake --profile $(REHEARSE_PROFILE) --directory $(REHEARSAL_DIR) \
 		results/run_summary.md $(SNAKEMAKE_ARGS) --config scale=rehearsal $(CONFIG)
 	$(if $(filter -n --dry-run --dryrun,$(SNAKEMAKE_ARGS)),,cat $(REHEARSAL_DIR)/results/run_summary.md)
+
+# Whether the cluster can run every job's request of TARGET (sbatch --test-only, nothing submitted)
+cluster-check: install
+	$(BIN)/drpipe cluster-check $(or $(TARGET),results/table2.csv) --snakemake-args \
+		"--profile profiles/slurm $(SNAKEMAKE_ARGS)$(if $(SCALE), --config scale=$(SCALE))"
 
 # Audit a finished run without rebuilding anything: lineage of every table cell, what the
 # current config and code would rerun (pass the run's SNAKEMAKE_ARGS, e.g. --config

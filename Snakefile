@@ -45,6 +45,13 @@ include: "workflow/rules/tables.smk"
 include: "workflow/rules/audit.smk"
 
 
+# On a cluster, a restarted Snakemake does not know the jobs its killed predecessor left in the
+# queue: it stops rather than submit them again beside themselves (drpipe.cluster_check).
+onstart:
+    if getattr(workflow.executor_plugin, "name", None) == "slurm":
+        refuse_if_earlier_jobs(Path.cwd())
+
+
 rule all:
     default_target: True
     input:

@@ -20,6 +20,8 @@ import json
 import os
 import re
 import resource
+import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -34,6 +36,7 @@ from drpipe.config import deep_merge
 from drpipe.training.settings import PROGRESS_FILE
 
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
+DRPIPE = Path(sys.executable).with_name("drpipe")
 PROFILE = REPO / "profiles" / "slurm"
 TARGET = "results/table2.csv"
 FORCED = "mine"  # a CPU rule; everything after it up to TARGET reruns with it
@@ -179,23 +182,78 @@ def _run_through(cluster: LocalCluster, work: Path, where: Path, overlay: dict) 
             "cancelled": cancelled.get("cancelled"), "at_step": cancelled.get("at_step")}  # fmt: skip
 
 
+def _killed_and_restarted(cluster: LocalCluster, work: Path, prof: Path,
+                          overlay_file: Path) -> dict:  # fmt: skip
+    """Snakemake SIGKILLed while its evaluation job runs, unlocked (`--unlock`, as Snakemake
+    says), then started again twice: while the job is still in the queue (held there with
+    `scontrol suspend`), and after it has ended."""
+    out: dict = {}
+    before = {j["JobId"] for j in cluster.jobs()}
+    cmd = slurm_cmd(work, prof, overlay_file, METRICS, "--forcerun", "evaluate")
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env=_env(cluster), start_new_session=True)  # fmt: skip
+    deadline, orphan = time.monotonic() + 300, None
+    while orphan is None and time.monotonic() < deadline and first.poll() is None:
+        running = [j for j in cluster.jobs() if j["JobId"] not in before
+                   and j["JobState"] == "RUNNING"]  # fmt: skip
+        orphan = running[0]["JobId"] if running else None
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    if orphan is None:
+        return {"error": "the evaluation job was not seen running"}
+    cluster.run("scontrol", "suspend", orphan)
+    out["orphan"] = orphan
+    # Snakemake's lock on the folder outlives a SIGKILL: what a user is told to do first.
+    unlock = subprocess.run(slurm_cmd(work, prof, overlay_file, METRICS, "--unlock"),
+                            capture_output=True, text=True, env=_env(cluster), timeout=600)  # fmt: skip
+    out["unlock"] = unlock.returncode
+    again = subprocess.run(slurm_cmd(work, prof, overlay_file, METRICS), capture_output=True,
+                           text=True, env=_env(cluster), timeout=600)  # fmt: skip
+    out["while_queued"] = {"returncode": again.returncode, "log": _short(again)}
+    cluster.run("scontrol", "resume", orphan)
+    while time.monotonic() < deadline and any(
+        j["JobId"] == orphan and j["JobState"] not in ("COMPLETED", "FAILED", "CANCELLED")
+        for j in cluster.jobs()
+    ):
+        time.sleep(0.5)
+    done = subprocess.run(slurm_cmd(work, prof, overlay_file, METRICS), capture_output=True,
+                          text=True, env=_env(cluster), timeout=600)  # fmt: skip
+    out["after"] = {"returncode": done.returncode, "log": _short(done)}
+    out["jobs"] = [j for j in cluster.jobs() if j["JobId"] not in before]
+    metrics = work / METRICS.replace(".json", ".per_question.parquet")
+    out["per_question_sha256"] = hashlib.sha256(metrics.read_bytes()).hexdigest()
+    return out
+
+
 def _short(proc: subprocess.CompletedProcess) -> str:
     """A Snakemake run's output without the base64 arguments of the job commands it prints
-    (kilobytes each), its last 8,000 characters."""
-    return re.sub(r"base64//\S+", "…", proc.stdout + proc.stderr)[-8000:]
+    (kilobytes each)."""
+    return re.sub(r"base64//\S+", "…", proc.stdout + proc.stderr)
 
 
 def _faults(cluster: LocalCluster, work: Path, where: Path, overlay: dict) -> dict:
-    """Two faults on the finished run's smallest jobs, each one Snakemake run:
-    - ``unsatisfiable``: evaluation asks for more memory than a node of its partition has;
+    """Faults on the finished run's smallest jobs:
+    - ``check``: `drpipe cluster-check` of the plan with evaluation asking for more memory
+      than a node of its partition has;
+    - ``killed``: Snakemake killed while a job runs, and started again (twice);
     - ``bad_input``: evaluation reads a run file that is not a Parquet file."""
     overlay_file = work / "tiny.yaml"
     faults = {}
     metrics = METRICS
+    # A request the cluster cannot satisfy, found before the run: `drpipe cluster-check` of
+    # the whole plan with a profile whose evaluation asks for 1 TB (its submission would fail
+    # with the same sbatch message; docs/cluster.md).
     big = profile_with_overrides(where / "profile-big", {"evaluate": {"mem_mb": 10**6}})
-    proc = subprocess.run(slurm_cmd(work, big, overlay_file, metrics, "--forcerun", "evaluate"),
-                          capture_output=True, text=True, env=_env(cluster), timeout=600)  # fmt: skip
-    faults["unsatisfiable"] = {"returncode": proc.returncode, "log": _short(proc)}
+    proc = subprocess.run(
+        [str(DRPIPE), "cluster-check", TARGET, "--directory", str(work), "--snakemake-args",
+         shlex.join(["--profile", str(big), "--forcerun", FORCED, "--sdm", "env-modules",
+                     "--configfile",
+                     str(REPO / "config.yaml"), str(overlay_file)])],
+        capture_output=True, text=True, env=_env(cluster), timeout=600,
+    )  # fmt: skip
+    faults["check"] = {"returncode": proc.returncode, "log": proc.stdout + proc.stderr[-3000:]}
+    faults["killed"] = _killed_and_restarted(cluster, work, where / "profile", overlay_file)
     before = {j["JobId"] for j in cluster.jobs()}
     run = work / "results/runs/dpr/squad/squad-test.parquet"
     run.write_text("not a parquet file\n")

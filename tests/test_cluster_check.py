@@ -4,7 +4,16 @@ SLURM, is in tests/test_slurm.py."""
 
 from __future__ import annotations
 
-from drpipe.cluster_check import check, job_requests, render, sbatch_args
+import pytest
+
+from drpipe.cluster_check import (
+    check,
+    earlier_jobs,
+    job_requests,
+    refuse_if_earlier_jobs,
+    render,
+    sbatch_args,
+)
 
 DRY_RUN = """\
 Job stats:
@@ -68,3 +77,17 @@ def test_each_distinct_request_is_asked_once_and_a_refusal_names_rules_jobs_and_
     assert "rule train (2 jobs, e.g. results/models/dpr/nq)" in text
     assert "--gpus 8" in text and REFUSED in text
     assert "0 refused" in render(check(job_requests(DRY_RUN), lambda a: (0, "ok")))
+
+
+def test_a_restart_stops_beside_an_earlier_runs_live_jobs_of_this_folder(tmp_path):
+    here, elsewhere = str(tmp_path.resolve()), "/some/other/run"
+    queue = "\n".join([
+        f"41|RUNNING|rule_train_wildcards_dpr_nq|{here}",
+        f"42|SUSPENDED|rule_evaluate_wildcards_dpr_nq_nq_test|{here}",
+        f"43|RUNNING|rule_train_wildcards_dpr_nq|{elsewhere}",  # another run's folder
+        f"44|RUNNING|interactive|{here}",  # not a rule's job
+    ])  # fmt: skip
+    assert [j["id"] for j in earlier_jobs(tmp_path, lambda: queue)] == ["41", "42"]
+    with pytest.raises(SystemExit, match=r"2 SLURM job\(s\).*41 \(rule_train.*scancel 41 42"):
+        refuse_if_earlier_jobs(tmp_path, lambda: queue)
+    refuse_if_earlier_jobs(tmp_path, lambda: f"43|RUNNING|rule_x|{elsewhere}")  # nothing here

@@ -291,19 +291,6 @@ def test_the_local_cluster_is_torn_down_after_its_run(real_slurm_run):
 
 @pytest.mark.slow
 @pytest.mark.system_packages
-def test_a_request_the_cluster_cannot_satisfy_fails_at_submission_naming_rule_and_resource(
-    real_slurm_run,
-):
-    fault = _slurm(real_slurm_run)["faults"]["unsatisfiable"]
-    assert fault["returncode"] != 0
-    log = fault["log"]
-    assert "Error in rule evaluate" in log, log
-    assert "Memory required by task is not available" in log, log
-    assert "--mem 1000000" in log, log
-
-
-@pytest.mark.slow
-@pytest.mark.system_packages
 def test_a_job_failing_on_bad_input_reaches_the_user_with_its_log_and_is_retried_once(
     real_slurm_run,
 ):
@@ -318,13 +305,43 @@ def test_a_job_failing_on_bad_input_reaches_the_user_with_its_log_and_is_retried
 
 @pytest.mark.slow
 @pytest.mark.system_packages
-def test_cluster_check_finds_the_unsatisfiable_request_before_the_run(real_slurm_run):
-    """`drpipe cluster-check` asks the real scheduler (sbatch --test-only) about every job's
-    request of the plan: the profile's pass, the one asking 1 TB for evaluation does not."""
-    faults = _slurm(real_slurm_run)["faults"]
-    ok, big = faults["check_ok"], faults["check_big"]
-    assert ok["returncode"] == 0 and "0 refused" in ok["log"], ok["log"]
-    assert big["returncode"] == 1, big["log"]
-    [line] = [ln for ln in big["log"].splitlines() if ln.startswith("- rule")]
+def test_cluster_check_finds_a_request_the_cluster_cannot_satisfy_before_the_run(real_slurm_run):
+    """`drpipe cluster-check` gives each distinct request of the plan to the real scheduler
+    (sbatch --test-only, nothing submitted). The profile's requests pass (training's GPU,
+    the index's 192 GB); evaluation's 1 TB does not, and is named with sbatch's reason.
+    Submitted, it would fail with the same message (docs/cluster.md)."""
+    check = _slurm(real_slurm_run)["faults"]["check"]
+    assert check["returncode"] == 1, check["log"]
+    head = re.search(r"(\d+) jobs, (\d+) distinct requests checked .*: (\d+) refused", check["log"])
+    assert head, check["log"]
+    jobs, requests, refused = (int(x) for x in head.groups())
+    assert refused == 1 and requests >= 5 and jobs >= requests, check["log"]
+    [line] = [ln for ln in check["log"].splitlines() if ln.startswith("- rule")]
     assert line.startswith("- rule evaluate ("), line
     assert "--mem 1000000" in line and "Memory required by task is not available" in line, line
+
+
+@pytest.mark.slow
+@pytest.mark.system_packages
+def test_a_killed_snakemake_restarted_submits_nothing_beside_its_earlier_jobs(
+    real_slurm_run, tiny_dpr_run
+):
+    """Snakemake SIGKILLed while its evaluation job runs, then unlocked (`--unlock`). Started
+    again while that job is still queued (suspended), it stops and names the job. Started
+    after the job has ended, it submits nothing again, and the per-question ranks are the
+    local run's."""
+    killed = _slurm(real_slurm_run)["faults"]["killed"]
+    assert "error" not in killed, killed
+    orphan = killed["orphan"]
+    assert killed["unlock"] == 0
+    queued = killed["while_queued"]
+    assert queued["returncode"] != 0
+    assert "still queued or running" in queued["log"] and orphan in queued["log"], queued["log"]
+    assert killed["after"]["returncode"] == 0, killed["after"]["log"]
+    # The orphan finished its job (its own Snakemake records it), so the restart has nothing
+    # left to do: one submission in all.
+    jobs = {j["JobId"]: j for j in killed["jobs"]}
+    evaluations = [i for i, j in jobs.items() if rule_of(j["Comment"]) == "evaluate"]
+    assert evaluations == [orphan] and jobs[orphan]["JobState"] == "COMPLETED", jobs
+    local = tiny_dpr_run / "results/metrics/dpr/squad/squad-test.per_question.parquet"
+    assert killed["per_question_sha256"] == hashlib.sha256(local.read_bytes()).hexdigest()

@@ -98,6 +98,45 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# ---- jobs an earlier Snakemake left behind
+
+LIVE_STATES = "PENDING,RUNNING,CONFIGURING,COMPLETING,SUSPENDED,REQUEUED,RESIZING"
+
+
+def earlier_jobs(workdir: Path, squeue: Callable[[], str] | None = None) -> list[dict[str, str]]:
+    """This folder's jobs still queued or running (a rule's job, as the executor plugin
+    submits them, whose working directory is ``workdir``): at a new Snakemake's start, they
+    belong to an earlier one that was killed or lost its connection."""
+    text = (squeue or _squeue)()
+    jobs, here = [], str(Path(workdir).resolve())
+    for line in text.splitlines():
+        parts = line.strip().split("|", 3)
+        if len(parts) == 4 and parts[2].startswith("rule_") and parts[3] == here:
+            jobs.append({"id": parts[0], "state": parts[1], "comment": parts[2]})
+    return jobs
+
+
+def _squeue() -> str:
+    cmd = ["squeue", "--me", "--noheader", f"--states={LIVE_STATES}", "--format=%i|%T|%k|%Z"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    return proc.stdout if proc.returncode == 0 else ""
+
+
+def refuse_if_earlier_jobs(workdir: Path, squeue: Callable[[], str] | None = None) -> None:
+    """Stop a Snakemake that would submit again what an earlier one's jobs are still doing
+    (two jobs writing the same files): Snakemake does not know about them, and marks their
+    outputs incomplete."""
+    jobs = earlier_jobs(workdir, squeue)
+    if jobs:
+        listed = ", ".join(f"{j['id']} ({j['comment']}, {j['state']})" for j in jobs)
+        raise SystemExit(
+            f"{len(jobs)} SLURM job(s) of an earlier run of {Path(workdir).resolve()} are still "
+            f"queued or running: {listed}. Starting now would submit them again beside "
+            f"themselves. Wait for them to end (squeue --me), or cancel them (scancel "
+            f"{' '.join(j['id'] for j in jobs)}), then start again."
+        )
+
+
 def _cmd(args: argparse.Namespace) -> int:
     extra = shlex.split(args.snakemake_args)
     code, text = dry_run(args.directory, args.targets, extra)

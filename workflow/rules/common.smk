@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import drpipe
+from drpipe.cluster_check import refuse_if_earlier_jobs
 from drpipe.config import ConfigError, load_workflow_config
 from drpipe.papers import papers
 from drpipe.plan import build_plan, exports, targets

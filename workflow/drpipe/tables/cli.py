@@ -2,10 +2,13 @@
 
 A table command reads ``--metrics`` (``drpipe evaluate`` JSON files) and writes ``--out``
 (CSV) and optionally ``--md`` (Markdown); a figure command writes ``--out`` (PNG) and
-``--csv`` (the plotted values); both take ``--cfg``, the config slice the rule passes. Papers
-group their commands under one word (``drpipe tables-xmoco table3 ...``); ``command_group``
-lets several modules add to the same group (DPR's Table 3 sits beside the shared Table 2
-under ``drpipe tables``).
+``--csv`` (the plotted values); both take ``--cfg``, the config slice the rule passes.
+
+Every table command sits under ``drpipe tables``: the shared tables by name (``drpipe tables
+table2``), a paper's under its key (``drpipe tables xmoco table3``). A paper asks for its group
+as ``command_group(sub, "tables-<key>", ...)``; the older one-word spelling (``drpipe
+tables-xmoco table3``, which rules call) stays accepted and unlisted. ``command_group`` lets
+several modules add to the same group (Table 2 and Table 4 both under ``drpipe tables``).
 """
 
 from __future__ import annotations
@@ -18,15 +21,38 @@ from drpipe.cliutil import add_cfg
 Handler = Callable[[argparse.Namespace], int]
 
 
+TABLES = "tables"
+TABLES_HELP = "shared tables (table2, table4) and each paper's: drpipe tables PAPER TABLE"
+PAPER_PREFIX = TABLES + "-"
+
+
 def command_group(
     sub: argparse._SubParsersAction, name: str, help: str
 ) -> argparse._SubParsersAction:
-    """The subcommands of ``drpipe <name>``, created on first use and shared afterwards."""
+    """The subcommands of ``drpipe <name>``, created on first use and shared afterwards.
+
+    ``tables-<key>`` is a paper's group: made as ``drpipe tables <key>``, with ``tables-<key>``
+    kept as an unlisted alias of the same parser (``hide_alias``).
+    """
     groups = sub.__dict__.setdefault("_drpipe_groups", {})
     if name not in groups:
-        parser = sub.add_parser(name, help=help)
-        groups[name] = parser.add_subparsers(dest="subcommand", required=True)
+        if name.startswith(PAPER_PREFIX):
+            tables = command_group(sub, TABLES, TABLES_HELP)
+            parser = tables.add_parser(name.removeprefix(PAPER_PREFIX), help=help)
+            hide_alias(sub, name, parser)
+            metavar = "<table>"
+        else:
+            parser = sub.add_parser(name, help=TABLES_HELP if name == TABLES else help)
+            metavar = "<paper or table>" if name == TABLES else "<command>"
+        groups[name] = parser.add_subparsers(dest="subcommand", required=True, metavar=metavar)
     return groups[name]
+
+
+def hide_alias(sub: argparse._SubParsersAction, name: str, parser: argparse.ArgumentParser) -> None:
+    """Accept ``name`` as another word for ``parser``, left out of the help's listing."""
+    if name in sub.choices and sub.choices[name] is not parser:
+        raise ValueError(f"command {name!r} is already taken")
+    sub.choices[name] = parser
 
 
 def add_table_command(

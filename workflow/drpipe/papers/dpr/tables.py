@@ -15,7 +15,14 @@ import pandas as pd
 from drpipe.cliutil import need
 from drpipe.papers.dpr import TABLE3
 from drpipe.papers.numbers import citation, load_paper_numbers
-from drpipe.tables.cli import add_figure_command, add_table_command, command_group
+from drpipe.tables.cli import (
+    TABLES,
+    TABLES_HELP,
+    add_figure_command,
+    add_table_command,
+    command_group,
+    hide_alias,
+)
 from drpipe.tables.compare import (
     comparable,
     comparison_cell,
@@ -236,8 +243,10 @@ def _cmd_figure1(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    group = command_group(sub, "tables", "results tables: reproduced vs paper numbers")
-    add_table_command(group, "table3", _cmd_table3, "DPR Table 3 (training-scheme ablation)")
+    group = command_group(sub, "tables-dpr", "DPR's Table 3 and Figure 1 beside the paper")
+    table3 = add_table_command(
+        group, "table3", _cmd_table3, "DPR Table 3 (training-scheme ablation)"
+    )
     p = add_figure_command(
         group,
         "figure1",
@@ -247,3 +256,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         inputs_help="first-hit rank Parquet files",
     )
     p.add_argument("--labels", nargs="+", required=True, help="one curve label per file")
+    # The rules' older spelling, from before papers had their own group: drpipe tables table3
+    tables = command_group(sub, TABLES, TABLES_HELP)
+    hide_alias(tables, "table3", table3)
+    hide_alias(tables, "figure1", p)
