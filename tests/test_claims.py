@@ -545,7 +545,7 @@ def test_committed_claims_tables_follow_the_rules(name):
     assert list(table["id"]) == [c["id"] for c in claims]
     for col in C.PROVENANCE:
         assert table[col].notna().all() and (table[col].astype(str) != "").all(), col
-    assert set(table["family"]) == set(C.FAMILIES)
+    assert set(table["family"]) == set(C.FAMILIES) - {C.OWN}  # no own claims in the papers' run
     rows = table.to_dict("records")
     expected = [dict(r) for r in rows]
     for r in expected:
@@ -559,3 +559,54 @@ def test_committed_claims_tables_follow_the_rules(name):
             continue
         assert got["p_holm"] == pytest.approx(want["p_holm"], rel=1e-5), got["id"]
         assert got["verdict"] == want["verdict"], got["id"]
+
+
+# --------------------------------------------------------------------------- own claims
+
+OWN = {"id": "own_mine_beats_dpr", "sentence": "My retriever beats DPR at top-20.",
+       "scope": {"dataset": "squad"}, "a": {"run": "ext.mine"}, "b": {"method": "dpr"},
+       "metric": "top20", "expect": "greater"}  # fmt: skip
+
+
+def test_own_claims_about_an_imported_run_are_tested_in_their_own_family(tmp_path):
+    """A claim of the config's own_claims about an imported run (ext.<name>, train set none):
+    tested with the same statistics, Holm-adjusted and tallied apart from the papers'."""
+    results = tmp_path / "results"
+    n = 200
+    rng = np.random.default_rng(1)
+    dpr = [int(r) if r <= 100 else None for r in rng.integers(1, 300, n)]
+    mine = [1 if i % 2 else r for i, r in enumerate(dpr)]  # DPR's ranks, half of them at 1
+    _write_ranks(results, "dpr", "squad", dpr)
+    _write_ranks(results, "ext.mine", "none", mine)
+    (results / "provenance.json").write_text(json.dumps({"scale": "mini", "config": {}}))
+    cfg = {**resolve(RAW, SCHEMA), "own_claims": [OWN]}
+    resolved = {r["id"]: r for r in C.resolve_claims(cfg)}
+    assert resolved[OWN["id"]]["a"] == {"run": "ext.mine", "train_set": "none",
+                                        "label": "ext.mine"}  # fmt: skip
+    defaults, claims = C.load_claims(cfg)
+    frame = C.evaluate_claims(C.resolve_claims(cfg, claims), results, claims, defaults)
+    row = frame.set_index("id").loc[OWN["id"]]
+    assert (row["paper"], row["family"], row["verdict"]) == ("own", "own", "holds")
+    assert row["b_only"] == 0 and row["a_only"] > 0
+    # Its Holm adjustment counts only its own family (one claim: p_holm is its own p).
+    assert row["p_holm"] == pytest.approx(row["p_test"])
+    assert "own" in C.tallies(frame) and C.tallies(frame)["own"] == {"holds": 1}
+    # The papers' claims and tallies are as without it.
+    papers = C.evaluate_claims(C.resolve_claims(resolve(RAW, SCHEMA)), results)
+    assert "own" not in C.tallies(papers)
+
+
+@pytest.mark.parametrize(
+    ("claim", "message"),
+    [
+        ({**OWN, "paper": "dpr"}, "paper and family of your own claims are 'own'"),
+        ({**OWN, "family": "oracle"}, "paper and family of your own claims are 'own'"),
+        ({k: v for k, v in OWN.items() if k != "sentence"}, "missing 'sentence'"),
+        ({**OWN, "id": "dpr_t2_bm25_beats_dpr_on_squad"}, "duplicate id"),
+        ({**OWN, "metric": "top"}, "is not top<k>"),
+    ],
+)
+def test_bad_own_claims_name_the_config_key(claim, message):
+    with pytest.raises(InputError, match="own_claims") as err:
+        C.load_claims({"own_claims": [claim]})
+    assert message in str(err.value)

@@ -50,6 +50,11 @@ NO_RESULT_CHANGE = {
     # The transfer table is a target of its own: its block reruns nothing of the others.
     "transfer": {"transfer": {"collections": [], "runs": ["bm25"], "measures": ["RR@10"],
                               "depth": 50}},
+    # Own claims change only the claims table (make audit's, not among these targets).
+    "own_claims": {"own_claims": [{"id": "own_bm25_beats_dpr", "sentence": "BM25 wins.",
+                                   "scope": {"dataset": "squad"}, "a": {"run": "bm25"},
+                                   "b": {"method": "dpr"}, "metric": "top20",
+                                   "expect": "greater"}]},
 }  # fmt: skip
 
 

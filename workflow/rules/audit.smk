@@ -2,8 +2,8 @@
 # shows (`snakemake --report results/report.html`; `make audit` builds all of it).
 from drpipe.claims import claim_inputs, resolve_claims
 
-# The claims of drpipe/claims/claims.yaml resolved against this config: runs to compare, or the
-# reason a claim cannot be tested (a method not registered, a variant not configured).
+# The papers' claims and the config's own_claims resolved against this config: runs to compare,
+# or the reason a claim cannot be tested (a method not registered, a variant not configured).
 CLAIMS = resolve_claims(C)
 
 
@@ -29,7 +29,7 @@ rule claims:
     conda:
         env()
     params:
-        cfg=cfg_json({"resolved": CLAIMS}),
+        cfg=cfg_json({"resolved": CLAIMS, "own_claims": C.get("own_claims") or []}),
         code=code("drpipe.claims"),
     shell:
         "drpipe claims --results results --out {output:q} --cfg {params.cfg:q} 2> {log:q}"

@@ -34,8 +34,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: {results} is not a folder")
     extra = list(_iter_args(args.snakemake_args))
     if args.claims:
-        defaults, claims = load_claims()
-        resolved = resolve_claims(recorded_config(results), claims)
+        config = recorded_config(results)
+        defaults, claims = load_claims(config)
+        resolved = resolve_claims(config, claims)
         frame = evaluate_claims(resolved, results, claims, defaults)
         write_claims(frame, args.claims)
         log.info("claims -> %s", args.claims)

@@ -72,8 +72,10 @@ log = logging.getLogger(__name__)
 PACKAGE_DATA = ("claims/claims.yaml", "papers/*/claims.yaml")
 EXPECT = ("greater", "less", *MARGINAL)
 VERDICTS = ("holds", "reversed", "not significant", "not shown", "not tested")
-# Families of the Holm adjustment and of the tallies: an oracle run saw the test answers.
-FAMILIES = ("leak-free", "oracle")
+# Families of the Holm adjustment and of the tallies: an oracle run saw the test answers; "own"
+# holds the user's claims (config own_claims), apart from the papers'.
+FAMILIES = ("leak-free", "oracle", "own")
+OWN = "own"
 SYSTEM_KEYS = {"run", "method", "hybrid", "paper_row", "overrides", "key", "pick", "requires"}
 UNRECORDED = "unrecorded"
 EM = "em"  # the metric of end-to-end claims: per-question exact match of the reader
@@ -210,9 +212,33 @@ def validate_claims(doc: Any, where: str = "drpipe/claims/claims.yaml") -> tuple
     return defaults, doc["claims"]
 
 
-def load_claims() -> tuple[dict, list[dict]]:
+def own_claims(config: dict | None, taken: Iterable[str] = ()) -> list[dict]:
+    """The user's claims (config ``own_claims``: the papers' format, about any rows, an
+    imported run's ``ext.<name>`` among them): paper and family ``own``, their own Holm family
+    and tally. Errors name the config key and the claim."""
+    own = (config or {}).get("own_claims") or []
+    where = "config own_claims"
+    if not isinstance(own, list):
+        raise InputError(where, None, "expected a list of claims")
+    out = []
+    for i, claim in enumerate(own):
+        if not isinstance(claim, dict):
+            raise InputError(where, f"#{i + 1}", "a claim must be a mapping")
+        at = f"claim {claim.get('id', f'#{i + 1}')}"
+        if claim.get("paper", OWN) != OWN or claim.get("family", OWN) != OWN:
+            raise InputError(where, at, "paper and family of your own claims are 'own'")
+        if claim.get("id") in set(taken):
+            raise InputError(where, at, "duplicate id: a paper's claim has it")
+        out.append({"source": "own claim (config own_claims)", **claim, "paper": OWN,
+                    "family": OWN})  # fmt: skip
+    validate_claims({"claims": out}, where)
+    return out
+
+
+def load_claims(config: dict | None = None) -> tuple[dict, list[dict]]:
     """The shared defaults (``claims.yaml``) and every registered paper's claims, papers in
-    registry order; each claim's ``paper`` must be the folder it is declared in."""
+    registry order (each claim's ``paper`` must be the folder it is declared in), then the
+    config's own claims (``own_claims``)."""
     text = resources.files("drpipe.claims").joinpath("claims.yaml").read_text(encoding="utf-8")
     doc = {"defaults": (yaml.safe_load(text) or {}).get("defaults"), "claims": []}
     for p in papers():
@@ -227,6 +253,11 @@ def load_claims() -> tuple[dict, list[dict]]:
             if isinstance(claim, dict) and claim.get("paper") != p.key:
                 raise InputError(where, f"claim {claim.get('id')}", f"paper is not '{p.key}'")
         doc["claims"] += claims
+    for claim in doc["claims"]:
+        if isinstance(claim, dict) and claim.get("family") == OWN:
+            raise InputError("drpipe/papers", f"claim {claim.get('id')}", "family 'own' is "
+                             "for the config's own_claims")  # fmt: skip
+    doc["claims"] += own_claims(config, [c.get("id") for c in doc["claims"] if isinstance(c, dict)])
     return validate_claims(doc)
 
 
@@ -236,7 +267,7 @@ def load_claims() -> tuple[dict, list[dict]]:
 def resolve_claims(config: dict, claims: Sequence[dict] | None = None) -> list[dict]:
     """Every claim with its scope and both systems resolved, or the reason it cannot be."""
     if claims is None:
-        claims = load_claims()[1]
+        claims = load_claims(config)[1]
     out = []
     for claim in claims:
         scope, note = resolve_scope(claim.get("scope") or {}, config)
@@ -602,22 +633,27 @@ def config_from(configfile: str | Path, values: Sequence[str]) -> dict:
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    defaults, claims = load_claims()
-    alpha = float(defaults["alpha"])
     rows: list[dict] = []
     if args.results is not None or args.from_table is None:
         results = args.results or "results"
         cfg = args.cfg
         config = None
-        if "resolved" in cfg:
+        if "resolved" in cfg:  # from the rule, with the config's own claims
+            defaults, claims = load_claims({"own_claims": cfg.get("own_claims")})
             resolved = cfg["resolved"]
-        elif args.config is not None:
-            config = config_from(args.configfile, args.config)
-            resolved = resolve_claims(config, claims)
         else:
-            resolved = resolve_claims(recorded_config(results), claims)
+            if args.config is not None:
+                config = config_from(args.configfile, args.config)
+                against = config
+            else:
+                against = recorded_config(results)
+            defaults, claims = load_claims(against)
+            resolved = resolve_claims(against, claims)
         identity = run_identity(results, config)
         rows = [{**r, **identity} for r in _evaluate_rows(resolved, results, claims, defaults)]
+    else:
+        defaults, claims = load_claims()
+    alpha = float(defaults["alpha"])
     if args.from_table is not None:
         if args.table_run is None:
             raise SystemExit("error: --from-table needs --table-run COMMIT,SCALE[,CONFIG_HASH]")

@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 NO_TRAINING = ("bm25", "init")  # runs that are not trained: train set "none"
+# ... and so are the zero-shot encoders (init.<name>) and runs imported from elsewhere
+# (ext.<name>, config external_runs).
+UNTRAINED_PREFIXES = ("init.", "ext.")
 
 
 def _dig(config: dict, dotted: str) -> Any:
@@ -97,7 +100,8 @@ def resolve_system(spec: dict, config: dict, scope: dict) -> tuple[dict | None, 
         run, missing = _fill(str(spec["run"]), config)
         if missing:
             return None, f"config has no {missing} (run name {spec['run']})"
-        train_set = "none" if run in NO_TRAINING else scope["train_set"]
+        untrained = run in NO_TRAINING or run.startswith(UNTRAINED_PREFIXES)
+        train_set = "none" if untrained else scope["train_set"]
         if train_set is None:
             return None, f"no Single train set for {scope['dataset']} (tables.single)"
         return {"run": run, "train_set": train_set, "label": run}, ""
