@@ -3,6 +3,8 @@ rules, generic corpus subsets, and Tables 3 and 6 planned at paper scale."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from workflow_util import REPO, mirror_dir, plan_jobs, planned_jobs, snakemake
 
@@ -61,6 +63,16 @@ def test_tables_4_7_8_figure4_and_k_plan_at_mini(work):
     assert "results/subsets/p65-gold-squad-test/metrics/dcsr/squad/squad-test.json" in evaluated
     assert "results/subsets/p80-gold-squad-test/metrics/dpr/squad/squad-test.json" in evaluated
     assert not any("subsets" in out for out in outputs(jobs, "train"))
+    # Each subset's encodings read the subset's own passages (as text), never the whole
+    # corpus's token ids (a `use rule encode` once inherited those).
+    shown = snakemake(work, "-n", "-p", "results/dcsr/table7.csv").stdout
+    encodes = [ln for ln in shown.splitlines()
+               if "drpipe encode " in ln and "results/subsets/" in ln]  # fmt: skip
+    assert encodes and all(
+        re.search(r"--passages results/subsets/p\d+-gold-squad-test/corpus/passages.parquet", ln)
+        and "--tokens" not in ln
+        for ln in encodes
+    ), encodes[:2]
 
 
 def paper_jobs(plan_dir) -> list[tuple[str, str]]:
