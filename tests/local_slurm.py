@@ -36,6 +36,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -172,13 +173,21 @@ class LocalCluster:
         state = self.recorded()
         return bool(state) and all(_alive(p) for p in state["pids"].values())
 
-    def up(self, timeout: float = 60.0) -> float:
-        """Start the cluster and wait until its node is idle; the seconds it took."""
+    def up(self, timeout: float = 60.0, owner: int | None = None) -> float:
+        """Start the cluster and wait until its node is idle; the seconds it took. ``owner``:
+        the process the cluster belongs to (a test session's), recorded; a later ``up`` stops
+        a cluster whose owner has died without taking it down (a killed session). A cluster
+        without one (the command line's) runs until ``down``."""
         if os.geteuid() != 0:
             raise ClusterUnavailable("a local SLURM runs its daemons as root; this is not root")
         ensure_packages()
         self.root.parent.mkdir(parents=True, exist_ok=True)
         with self._lock():
+            left = self.recorded()
+            if self.is_up() and left.get("owner") and not _alive(left["owner"]):
+                print(f"local-cluster: stopping the cluster of process {left['owner']}, which "
+                      "died without taking it down", file=sys.stderr)  # fmt: skip
+                self._stop(left)
             if self.is_up():
                 raise ClusterUnavailable(
                     f"a local cluster is already up in {self.root} (pids "
@@ -187,7 +196,7 @@ class LocalCluster:
             if self.recorded():  # a dead one: clean what it left
                 self._stop(self.recorded())
             start = time.perf_counter()
-            self._start()
+            self._start(owner)
         try:
             self._wait_idle(timeout)
         except BaseException:
@@ -195,7 +204,7 @@ class LocalCluster:
             raise
         return time.perf_counter() - start
 
-    def _start(self) -> None:
+    def _start(self, owner: int | None) -> None:
         if self.root.exists():
             shutil.rmtree(self.root)
         for sub in ("etc", "state", "spool", "log", "munge"):
@@ -223,7 +232,7 @@ class LocalCluster:
                        f"127.0.0.1:{self._ctld_port()}"],
         }  # fmt: skip
         pids: dict[str, int] = {}
-        state = {"root": str(self.root), "pids": pids, "started": time.time()}
+        state = {"root": str(self.root), "pids": pids, "started": time.time(), "owner": owner}
         try:
             for name in DAEMONS:
                 out = open(log / f"{name}.out", "w")  # noqa: SIM115
@@ -373,7 +382,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"local SLURM up in {took:.1f} s; use it with:\n  export SLURM_CONF={cluster.conf}"
             )
         elif args.action == "run":
-            print(f"local SLURM up in {cluster.up():.1f} s ({cluster.conf})", flush=True)
+            print(
+                f"local SLURM up in {cluster.up(owner=os.getpid()):.1f} s ({cluster.conf})",
+                flush=True,
+            )
             try:
                 return subprocess.run(command, env=cluster.env()).returncode
             finally:

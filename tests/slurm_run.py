@@ -122,7 +122,7 @@ def build_slurm_run(dpr_run: Path, where: Path, overlay: dict) -> Path:
     result: dict = {}
     cluster = LocalCluster()
     try:
-        result["cluster_up_s"] = cluster.up()
+        result["cluster_up_s"] = cluster.up(owner=os.getpid())
         result["pids"] = cluster.recorded()["pids"]
     except ClusterUnavailable as err:
         (where / "result.json").write_text(json.dumps({"unavailable": str(err)}))
