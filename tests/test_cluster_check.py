@@ -46,7 +46,7 @@ localrule all:
 def test_requests_are_read_per_job_and_local_rules_ask_for_nothing():
     jobs = job_requests(DRY_RUN)
     assert [j["rule"] for j in jobs] == ["train", "train", "evaluate"]
-    assert jobs[0]["output"] == "results/models/dpr/nq"
+    assert jobs[0]["example"] == "results/models/dpr/nq"
     assert sbatch_args(jobs[0]["resources"]) == (
         "-p", "gpu", "-t", "4320", "--mem", "256000", "--cpus-per-task", "32", "--nodes", "1",
         "--gpus", "8",

@@ -30,6 +30,7 @@ from slurm_run import FORCED, OVERRIDES, per_job, rule_of
 from slurm_run import profile as slurm_profile
 from workflow_util import local_rules
 
+from drpipe.cluster_check import planned_resources
 from drpipe.config import read_defaults, resolve
 from drpipe.index import estimate_memory, merged_cfg
 from drpipe.methods import method_class
@@ -47,31 +48,13 @@ PLAN_SECONDS = 40.0
 # --------------------------------------------------------------------------- paper-scale plan
 
 
-def _jobs(text: str) -> list[dict]:
-    jobs = []
-    for block in re.split(r"^(?=(?:local)?rule \w+:$)", text, flags=re.M):
-        head = re.match(r"(?:local)?rule (\w+):$", block, flags=re.M)
-        if not head:
-            continue
-        fields = dict(re.findall(r"^    (\w+): (.*)$", block, flags=re.M))
-        resources = dict(re.findall(r"(\w+)=([^,]+)", fields.get("resources", "")))
-        jobs.append(
-            {
-                "rule": head.group(1),
-                "output": [o.strip() for o in fields.get("output", "").split(",") if o.strip()],
-                "resources": resources,
-            }
-        )
-    return jobs
-
-
 def test_paper_scale_plan_has_every_method_on_all_five_datasets_quickly(slurm_paper_plan):
     """The bound is on the dry run's CPU time: on the shared 2-core test machines other
     people's jobs stretch wall time several-fold, CPU time much less (wall is printed too)."""
     timing = json.loads((slurm_paper_plan / "timing.json").read_text())
     wall, cpu = timing["wall"], timing["cpu"]
     print(f"paper-scale SLURM dry run: {wall:.1f} s wall, {cpu:.1f} s CPU")
-    jobs = _jobs((slurm_paper_plan / "plan.txt").read_text())
+    jobs = planned_resources((slurm_paper_plan / "plan.txt").read_text())
     outputs = {o for j in jobs for o in j["output"]}
     cfg = resolve(RAW, SCHEMA, {"scale": "paper"})
     tables = cfg["tables"]
@@ -133,7 +116,7 @@ def test_every_paper_scale_job_asks_slurm_for_the_partition_nodes_and_cores_it_u
     partition (question encoding, the reader, DCSR's hard-negative training, the subsets'
     encodings), HNSW builds and searches holding a GPU FAISS cannot use, and 8 ranks of 8
     threads on 32 CPUs were all in this plan before this test."""
-    jobs = _jobs((slurm_paper_plan / "plan.txt").read_text())
+    jobs = planned_resources((slurm_paper_plan / "plan.txt").read_text())
     profile = slurm_profile()
     gpu_partition = profile["set-resources"]["train"]["slurm_partition"]
     assert gpu_partition != profile["default-resources"]["slurm_partition"]

@@ -33,18 +33,29 @@ OPTIONS = (
 )
 
 
-def job_requests(text: str) -> list[dict[str, Any]]:
-    """(rule, first output, resources) of each job in a ``snakemake -n`` output."""
+def planned_resources(text: str) -> list[dict[str, Any]]:
+    """Each job of a ``snakemake -n`` output: its rule, whether it is a local rule, its outputs
+    and the resources Snakemake would submit it with."""
     jobs = []
     for block in re.split(r"^(?=(?:local)?rule \w+:$)", text, flags=re.M):
         head = re.match(r"(local)?rule (\w+):$", block, flags=re.M)
-        if not head or head.group(1) or head.group(2) == "all":
-            continue  # local rules run where Snakemake runs: no request
+        if not head:
+            continue
         fields = dict(re.findall(r"^    (\w+): (.*)$", block, flags=re.M))
-        resources = dict(re.findall(r"(\w+)=([^,]+)", fields.get("resources", "")))
-        output = fields.get("output", "").split(",")[0].strip()
-        jobs.append({"rule": head.group(2), "output": output, "resources": resources})
+        jobs.append({
+            "rule": head.group(2),
+            "local": bool(head.group(1)),
+            "output": [o.strip() for o in fields.get("output", "").split(",") if o.strip()],
+            "resources": dict(re.findall(r"(\w+)=([^,]+)", fields.get("resources", ""))),
+        })  # fmt: skip
     return jobs
+
+
+def job_requests(text: str) -> list[dict[str, Any]]:
+    """The jobs of a ``snakemake -n`` output that go to the cluster (local rules run where
+    Snakemake runs: no request), each with its first output as ``example``."""
+    return [{**j, "example": j["output"][0] if j["output"] else ""}
+            for j in planned_resources(text) if not j["local"] and j["rule"] != "all"]  # fmt: skip
 
 
 def sbatch_args(resources: dict[str, str]) -> tuple[str, ...]:
@@ -72,7 +83,7 @@ def check(
         if code != 0:
             rules = sorted({j["rule"] for j in group})
             refused.append({"request": list(args), "rules": rules, "jobs": len(group),
-                            "example": group[0]["output"], "reason": message.strip()})  # fmt: skip
+                            "example": group[0]["example"], "reason": message.strip()})  # fmt: skip
     return {"jobs": len(jobs), "requests": len(by_request), "refused": refused}
 
 

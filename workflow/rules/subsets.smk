@@ -50,14 +50,8 @@ use rule encode as subset_encode with:
         subset=SUBSET,
         run=DENSE,
     params:
-        num_shards=C["encode"]["shards"],
         # The subset's own passages, as text (token ids are kept for the whole corpus only).
-        source=lambda w, input: " ".join(
-            f"--{k} {input[k]}" for k in ("passages", "sentences") if k in input.keys()
-        ),
-        cfg=cfg_json({"dtype": C["encode"]["dtype"], **precision_cfg(C["encode"])}),
-        opts=runtime(lambda w: runtime_opts("encode")),
-        code=lambda w: method_code(w.run, "drpipe.encode"),
+        source=lambda w, input: text_source(input),
 
 
 use rule build_index as subset_index with:

@@ -74,9 +74,8 @@ use rule sentences as transfer_sentences with:
         collection=TRANSFER_COLLECTION,
 
 
-# Written out, not `use rule encode`: a collection's corpus is encoded from its text (the
-# main corpus's token shards are not its).
-rule transfer_encode:
+# A collection's corpus, encoded from its text (the main corpus's token shards are not its).
+use rule encode as transfer_encode with:
     input:
         unpack(lambda w: {"model": f"results/models/{w.run}/{w.train_set}"}),
         unpack(lambda w: transfer_corpus_inputs(w.collection, w.run)),
@@ -91,24 +90,8 @@ rule transfer_encode:
     wildcard_constraints:
         collection=TRANSFER_COLLECTION,
         run=DENSE,
-    conda:
-        env(gpu=True)
-    threads: C["threads"]
-    resources:
-        gpu=lambda w: gpus(1),
     params:
-        num_shards=C["encode"]["shards"],
-        sentences=lambda w, input: (
-            ["--sentences", input.sentences] if "sentences" in input.keys() else []
-        ),
-        cfg=cfg_json({"dtype": C["encode"]["dtype"], **precision_cfg(C["encode"])}),
-        opts=runtime(lambda w: runtime_opts("encode")),
-        code=lambda w: method_code(w.run, "drpipe.encode"),
-    shell:
-        "drpipe encode --model {input.model:q} --passages {input.passages:q}"
-        " {params.sentences:q} --shard {wildcards.shard:q} --num-shards {params.num_shards}"
-        " --out {output.vectors:q} --report {output.report:q} --cfg {params.cfg:q}"
-        " {params.opts} --threads {threads} 2> {log:q}"
+        source=lambda w, input: text_source(input),
 
 
 # An exact (flat) index, whatever index.type is: the numbers are the encoders'.

@@ -225,16 +225,24 @@ class StepsPlan(PlanBase):
                 for k, suffix in (("ids", ".tokens.npy"), ("rows", ".rows.npy"),
                                   ("meta", ".json"))}  # fmt: skip
 
+    @staticmethod
+    def text_source(inputs):
+        """``drpipe encode``'s source options for a corpus read as text: the passages, and the
+        sentences where ``inputs`` (a rule's input, or ``corpus_inputs``) has them."""
+        return " ".join(
+            # keys(): a rule's input is a list of paths with names
+            f"--{k} {inputs[k]}"
+            for k in ("passages", "sentences")
+            if k in inputs.keys()  # noqa: SIM118
+        )
+
     def encode_source(self, run, shard):
         """``drpipe encode``'s source options: ``--tokens PREFIX`` or ``--passages`` (and
         ``--sentences``)."""
         prefix = self.token_prefix(run, shard)
         if prefix is not None:
             return f"--tokens {prefix}"
-        out = f"--passages {self.corpus_inputs(run)['passages']}"
-        if "sentences" in self.corpus_inputs(run):
-            out += f" --sentences {self.corpus_inputs(run)['sentences']}"
-        return out
+        return self.text_source(self.corpus_inputs(run))
 
     def train_corpus(self, run):
         """Corpus tables a run's method trains with (sentence-level methods: the sentences)."""
