@@ -189,10 +189,6 @@ def tokenize_block(
     return klass.tokenize_corpus(tokenizer, fmt, max_length, titles, texts, spans)
 
 
-class _Appender(NpyAppender):
-    HEADER = 256  # the record dtype's description is longer than 128 bytes allow
-
-
 def tokenize_shard(
     tokenizer_source: str,
     passages: str | Path,
@@ -233,7 +229,7 @@ def tokenize_shard(
     n_rows = n_tokens = n_empty = 0
     with atomic_path(files["tokens"]) as tmp_tok, atomic_path(files["rows"]) as tmp_rows:
         toks = NpyAppender(tmp_tok, dtype, None)
-        rows = _Appender(tmp_rows, ROW_DTYPE, None)
+        rows = NpyAppender(tmp_rows, ROW_DTYPE, None)
         bar = progress(total=stop - start, desc=f"tokenize shard {shard}", unit="psg")
         try:
             for pids, titles, texts, *spans in blocks:

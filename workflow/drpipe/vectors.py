@@ -26,23 +26,28 @@ class NpyAppender:
     """A 2-D ``.npy`` written by appending rows, when the row count is known only at the end.
 
     The header is reserved at a fixed size and rewritten with the final shape on ``close``
-    (numpy pads headers with spaces, so a shorter shape still fits).
+    (numpy pads headers with spaces, so a shorter shape still fits): 128 bytes, or the next
+    multiple of 64 that holds the dtype's description (a record dtype's is longer) with a row
+    count of 19 digits.
     """
-
-    HEADER = 128  # bytes, a multiple of 64 as the format recommends
 
     def __init__(self, path: str | Path, dtype: np.dtype, dim: int | None):
         self.path, self.dtype, self.dim, self.rows = Path(path), np.dtype(dtype), dim, 0
+        longest = len(self._text(10**18)) + 11  # magic (6) + version (2) + length (2) + "\n"
+        self.header_size = max(128, -(-longest // 64) * 64)
         self.fh = open(self.path, "wb")  # noqa: SIM115 (closed in close())
         self.fh.write(self._header())
 
+    def _text(self, rows: int) -> str:
+        return repr({"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
+                     "shape": (rows,) if self.dim is None else (rows, self.dim)})  # fmt: skip
+
     def _header(self) -> bytes:
-        """Format 1.0 header of exactly ``HEADER`` bytes for the current shape."""
-        text = repr({"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
-                     "shape": (self.rows,) if self.dim is None else (self.rows, self.dim)})  # fmt: skip
-        body = self.HEADER - 10  # magic (6) + version (2) + length (2)
+        """Format 1.0 header of exactly ``header_size`` bytes for the current shape."""
+        text = self._text(self.rows)
+        body = self.header_size - 10  # magic (6) + version (2) + length (2)
         if len(text) + 1 > body:
-            raise ValueError(f"npy header longer than {self.HEADER} bytes: {text}")
+            raise ValueError(f"npy header longer than {self.header_size} bytes: {text}")
         return (
             b"\x93NUMPY\x01\x00" + struct.pack("<H", body) + (text.ljust(body - 1) + "\n").encode()
         )
