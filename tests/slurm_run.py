@@ -240,7 +240,6 @@ def _faults(cluster: LocalCluster, work: Path, where: Path, overlay: dict) -> di
     - ``bad_input``: evaluation reads a run file that is not a Parquet file."""
     overlay_file = work / "tiny.yaml"
     faults = {}
-    metrics = METRICS
     # A request the cluster cannot satisfy, found before the run: `drpipe cluster-check` of
     # the whole plan with a profile whose evaluation asks for 1 TB (its submission would fail
     # with the same sbatch message; docs/cluster.md).
@@ -258,7 +257,7 @@ def _faults(cluster: LocalCluster, work: Path, where: Path, overlay: dict) -> di
     run = work / "results/runs/dpr/squad/squad-test.parquet"
     run.write_text("not a parquet file\n")
     os.utime(run)  # newer than its metrics: mtime reruns the evaluation
-    proc = subprocess.run(slurm_cmd(work, where / "profile", overlay_file, metrics),
+    proc = subprocess.run(slurm_cmd(work, where / "profile", overlay_file, METRICS),
                           capture_output=True, text=True, env=_env(cluster), timeout=600)  # fmt: skip
     faults["bad_input"] = {
         "returncode": proc.returncode, "log": _short(proc),
