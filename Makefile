@@ -37,7 +37,7 @@ export TRANSFORMERS_OFFLINE := 1
 endif
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: help install lock run test lint format bench clean squad audit claims rehearse estimate verify cluster-check
+.PHONY: help install lock run test lint format bench clean squad audit claims rehearse estimate verify cluster-check seeds
 
 help:
 	@echo "make run       install, run the default (mini) scale -> results/table2.md"
@@ -45,6 +45,7 @@ help:
 	@echo "make verify    compare a finished run's tables with docs/reference/"
 	@echo "make audit     lineage of every cell, what would rerun, the claims, the HTML report"
 	@echo "make claims    the papers' claims on what a run has made so far"
+	@echo "make seeds     Table 2's trained rows and the claims over seeds (config seeds)"
 	@echo "make estimate  what TARGET would cost, from a finished run's timings (FROM=run/)"
 	@echo "make cluster-check  whether SLURM accepts every job's request (SCALE=paper)"
 	@echo "make rehearse  the paper scale's every rule on stand-ins, on one CPU (PROFILE=slurm)"
@@ -112,6 +113,13 @@ run: install
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(TARGET) $(SNAKEMAKE_ARGS) \
 		$(if $(SCALE_CONFIG),--config $(SCALE_CONFIG))
 	@$(if $(filter -n --dry-run --dryrun,$(SNAKEMAKE_ARGS))$(filter-out all,$(TARGET)),true,$(DONE))
+
+# Training variance (config `seeds`): every trained Table 2 row and claim run trained again under
+# each extra seed, results/table2-seeds.md and results/claims-seeds.md (docs/claims.md).
+SEEDS_TARGETS = results/table2-seeds.csv results/claims-seeds.csv
+seeds: install
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(SEEDS_TARGETS) $(SNAKEMAKE_ARGS) \
+		$(if $(SCALE_CONFIG),--config $(SCALE_CONFIG))
 
 squad: install
 	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(TARGET) $(SNAKEMAKE_ARGS) \

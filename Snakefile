@@ -43,6 +43,7 @@ for _paper in papers():
 include: "workflow/rules/reader.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/audit.smk"
+include: "workflow/rules/seeds.smk"
 
 
 # On a cluster, a restarted Snakemake does not know the jobs its killed predecessor left in the

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -40,14 +39,23 @@ def result_lines(path: Path) -> list[str]:
     return []
 
 
-# Runs the benchmark script (argv[1], its arguments after it) on one core, the last: the tests
-# run beside it on the other. The benchmarks size their threads by the cores they may use
+# Runs the benchmark script (argv[1], its arguments after it) on one core: the last, or the
+# one SMOKE_CORE indexes (the builder runs two smokes at once, one per core, once the tests
+# wait on nothing else). The benchmarks size their threads by the cores they may use
 # (drpipe.training.distributed.default_threads), and two threads beside the tests' MiniLM
 # training made that test 8x slower; the affinity holds for the benchmark's own children too.
+# Its CPU time (its own and its children's) goes to SMOKE_CPU_FILE at exit: with two smokes
+# at once, the builder's RUSAGE_CHILDREN would mix them.
 ONE_CORE = (
-    "import os, runpy, sys\n"
+    "import atexit, os, resource, runpy, sys\n"
     "cores = sorted(os.sched_getaffinity(0))\n"
-    "os.sched_setaffinity(0, cores[-1:])\n"
+    "os.sched_setaffinity(0, [cores[int(os.environ.get('SMOKE_CORE', '-1')) % len(cores)]])\n"
+    "def _cpu():\n"
+    "    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,"
+    " resource.RUSAGE_CHILDREN))\n"
+    "    with open(os.environ['SMOKE_CPU_FILE'], 'w') as f:\n"
+    "        f.write(str(own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime))\n"
+    "atexit.register(_cpu)\n"
     "sys.argv = sys.argv[1:]\n"
     "sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))\n"
     "runpy.run_path(sys.argv[0], run_name='__main__')\n"
@@ -59,9 +67,10 @@ def _text(out: bytes | str | None) -> str:
     return out.decode(errors="replace") if isinstance(out, bytes) else out or ""
 
 
-def run_smoke(bench: Path, work: Path) -> Path:
-    """``bench --smoke`` run in ``work`` (created; its scratch folders land there too), with
-    what it did recorded in ``work/record.json``: exit status, output, wall and CPU seconds."""
+def run_smoke(bench: Path, work: Path, core: int = -1) -> Path:
+    """``bench --smoke`` run in ``work`` (created; its scratch folders land there too) on the
+    core ``core`` indexes, with what it did recorded in ``work/record.json``: exit status,
+    output, wall and CPU seconds (None where the run died before writing them)."""
     import drpipe
 
     work.mkdir()
@@ -77,8 +86,10 @@ def run_smoke(bench: Path, work: Path) -> Path:
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        "SMOKE_CORE": str(core),
+        "SMOKE_CPU_FILE": str(work / "cpu-seconds"),
     }
-    t0, cpu0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
     try:
         proc = subprocess.run(
             [sys.executable, "-c", ONE_CORE, str(bench), "--smoke", "--out", str(work / RESULT)],
@@ -88,11 +99,12 @@ def run_smoke(bench: Path, work: Path) -> Path:
     except subprocess.TimeoutExpired as exc:
         returncode, stdout = None, _text(exc.stdout)
         stderr = f"timed out after {TIMEOUT} s\n{_text(exc.stderr)}"
-    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds = time.perf_counter() - t0
+    cpu_file = work / "cpu-seconds"
     record = {
         "bench": str(bench), "returncode": returncode, "stdout": stdout, "stderr": stderr,
-        "seconds": time.perf_counter() - t0,
-        "cpu_seconds": cpu.ru_utime + cpu.ru_stime - cpu0.ru_utime - cpu0.ru_stime,
+        "seconds": seconds,
+        "cpu_seconds": float(cpu_file.read_text()) if cpu_file.is_file() else None,
     }  # fmt: skip
     tmp = work / f"{RECORD}.tmp"
     tmp.write_text(json.dumps(record))

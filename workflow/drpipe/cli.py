@@ -36,6 +36,7 @@ MODULES = [
     "drpipe.runfiles",
     "drpipe.beir",
     "drpipe.transfer",
+    "drpipe.seeds",
     "drpipe.reader",
     "drpipe.subsets",
     "drpipe.papers.table2",
@@ -58,7 +59,7 @@ MODULES = [
 SECTIONS = {
     "Inspect and check a run": ["verify", "audit", "claims", "claims-agreement"],
     "Plan a run": ["config", "estimate", "cluster-check"],
-    "Evaluate and compare runs": ["evaluate", "runs", "collection", "transfer"],
+    "Evaluate and compare runs": ["evaluate", "runs", "collection", "transfer", "seeds"],
     "Tables and figures beside the papers": ["tables"],
 }
 WORKFLOW = "Workflow steps (called by the rules)"

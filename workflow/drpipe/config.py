@@ -450,10 +450,33 @@ def method_runtime_keys() -> tuple[str, ...]:
     return runtime_keys("$defs", "train_hparams")
 
 
+# A run trained again under another seed (config ``seeds``): the run's name, "@s", the seed.
+SEED_SUFFIX = re.compile(r"@s([0-9]+)$")
+
+
 def split_run_name(run: str) -> tuple[str, str | None]:
-    """``"dpr.t3_gold_7"`` -> ``("dpr", "t3_gold_7")``; ``"dpr"`` -> ``("dpr", None)``."""
-    base, _, variant = run.partition(".")
+    """``"dpr.t3_gold_7"`` -> ``("dpr", "t3_gold_7")``; ``"dpr"`` -> ``("dpr", None)``; a seed
+    replica's suffix is not part of either (``"dpr.t3_gold_7@s14"`` -> the same)."""
+    base, _, variant = unseeded(run).partition(".")
     return base, variant or None
+
+
+def unseeded(run: str) -> str:
+    """The run a seed replica repeats: ``"dpr@s14"`` -> ``"dpr"`` (any other run: itself)."""
+    return SEED_SUFFIX.sub("", run)
+
+
+def run_seed(run: str) -> int | None:
+    """The seed a replica's name gives (``"dpr@s14"`` -> 14); None for every other run."""
+    m = SEED_SUFFIX.search(run)
+    return int(m.group(1)) if m else None
+
+
+def seeded(run: str, seed: int) -> str:
+    """The name of ``run`` trained under ``seed``: ``("dpr.t3_gold_7", 14)`` ->
+    ``"dpr.t3_gold_7@s14"``; a hybrid's seed goes on its dense run (``"dpr@s14+bm25"``)."""
+    dense, plus, rest = run.partition("+")
+    return f"{unseeded(dense)}@s{int(seed)}{plus}{rest}"
 
 
 def method_block(config: dict, method: str, with_defaults: bool = False) -> dict[str, Any]:
@@ -495,6 +518,8 @@ def method_config(config: dict, method: str, train_set: str | None = None) -> di
     if train_set is not None and train_set in by_set:
         cfg["epochs"] = by_set[train_set]
     cfg.setdefault("seed", config["seed"])
+    if run_seed(method) is not None:  # a seed replica: its seed is the only change
+        cfg["seed"] = run_seed(method)
     return cfg
 
 

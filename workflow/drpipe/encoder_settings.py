@@ -95,7 +95,8 @@ QA_PRETRAINING = {
 def qa_pretraining(init: str) -> list[str]:
     """What a local model was trained on that overlaps the papers' QA data, from its
     ``data_config.json`` ("SQuAD train (87,599 pairs)", ...); [] for a model without one or a
-    hub id (the plan reads no network)."""
+    hub id (the plan reads no network). [] is no evidence of a clean model: a fine-tune of
+    all-MiniLM-L6-v2 usually drops data_config.json (docs/encoders.md)."""
     try:
         path = resolve_init(init)
     except FileNotFoundError:

@@ -323,11 +323,10 @@ def _hits(ranks: np.ndarray, k: int) -> np.ndarray:
     return np.nan_to_num(ranks, nan=np.inf) <= k
 
 
-def evaluate_claim(claim: dict, entry: dict, results: str | Path, defaults: dict) -> dict[str, Any]:
-    """One row of the claims table (statistics, or the reason the claim is not tested); its
-    Holm p and verdict are set over the family by ``decide``."""
+def claim_row(claim: dict, entry: dict) -> dict[str, Any]:
+    """A claims-table row's identity columns (its statistics still to come)."""
     scope = entry["scope"]
-    row: dict[str, Any] = {
+    return {
         "id": claim["id"],
         "paper": claim["paper"],
         "family": family_of(claim),
@@ -349,20 +348,26 @@ def evaluate_claim(claim: dict, entry: dict, results: str | Path, defaults: dict
         "verdict": "not tested",
         "reason": entry["reason"],
     }
+
+
+def paired_outcomes(claim: dict, entry: dict, results: str | Path) -> dict[str, Any]:
+    """The per-question outcomes a claim compares: ``hits_a``, ``hits_b`` (bool Series by qid,
+    on the questions both runs answered), ``values`` (the per-question differences the test
+    reads, a - b, minus the contrast's) and ``notes``; or ``{"reason": ...}`` when it cannot be
+    tested."""
     if entry["reason"]:
-        return row
-    metric = claim["metric"]
+        return {"reason": entry["reason"]}
+    scope, metric = entry["scope"], claim["metric"]
     systems = {side: entry[side] for side in ("a", "b")}
     if systems["a"]["run"] == systems["b"]["run"]:
-        row["reason"] = f"both systems are {systems['a']['run']}"
-        return row
+        return {"reason": f"both systems are {systems['a']['run']}"}
     files = [per_question_file(results, systems[s], scope, metric) for s in ("a", "b")]
     missing = [os.path.relpath(f, Path(results).parent) for f in files if not f.is_file()]
     if missing:
-        row["reason"] = (
-            f"not in the results: {', '.join(missing)} (snakemake results/claims.csv builds them)"
-        )
-        return row
+        return {
+            "reason": f"not in the results: {', '.join(missing)} "
+            "(snakemake results/claims.csv builds them)"
+        }
     read = read_em if metric == EM else read_ranks
     ra, rb = (read(f) for f in files)
     common = ra.index.intersection(rb.index)
@@ -370,8 +375,7 @@ def evaluate_claim(claim: dict, entry: dict, results: str | Path, defaults: dict
     if len(common) < max(len(ra), len(rb)):
         notes.append(f"{len(common)} questions in both runs ({len(ra)} and {len(rb)} in each)")
     if len(common) == 0:
-        row["reason"] = "the two runs share no question"
-        return row
+        return {"reason": "the two runs share no question"}
     a = ra.loc[common].to_numpy()
     b = rb.loc[common].to_numpy()
     if metric == EM:
@@ -384,13 +388,30 @@ def evaluate_claim(claim: dict, entry: dict, results: str | Path, defaults: dict
         k2 = _metric_k(claim["contrast"], "claims")
         values = values - (_hits(a, k2).astype(np.int8) - _hits(b, k2).astype(np.int8))
         notes.append(f"diff = (a - b) at {claim['metric']} minus (a - b) at {claim['contrast']}")
-    row.update(_tested(claim, values, defaults))
+    return {
+        "hits_a": pd.Series(ha, index=common),
+        "hits_b": pd.Series(hb, index=common),
+        "values": pd.Series(values.astype(np.float64), index=common),
+        "notes": notes,
+    }
+
+
+def evaluate_claim(claim: dict, entry: dict, results: str | Path, defaults: dict) -> dict[str, Any]:
+    """One row of the claims table (statistics, or the reason the claim is not tested); its
+    Holm p and verdict are set over the family by ``decide``."""
+    row = claim_row(claim, entry)
+    found = paired_outcomes(claim, entry, results)
+    if "reason" in found:
+        row["reason"] = found["reason"]
+        return row
+    ha, hb = found["hits_a"].to_numpy(), found["hits_b"].to_numpy()
+    row.update(_tested(claim, found["values"].to_numpy(), defaults))
     row.update(
         {
-            "n_questions": len(common),
+            "n_questions": len(ha),
             "value_a": round(100.0 * ha.mean(), 2),
             "value_b": round(100.0 * hb.mean(), 2),
-            "reason": "; ".join(notes),
+            "reason": "; ".join(found["notes"]),
         }
     )
     if not claim.get("contrast"):

@@ -6,7 +6,7 @@ A plan is composed of parts: each registered paper's (``papers/<key>/plan.py``, 
 names its classes: plain mixins, so that the papers' folder imports neither this package nor
 the config loader, both of which import the paper registry) and the shared ones here
 (``base``, ``inputs``, ``steps``, ``provenance``, ``zero_shot``, ``external``,
-``transfer``). Parts meet through hooks, methods a part defines under an agreed name and
+``transfer``, ``seeds``). Parts meet through hooks, methods a part defines under an agreed name and
 ``PlanBase.hooks`` collects: ``table2_hook`` (rows a paper adds to the shared Table 2),
 ``run_report_hook`` (the reports behind a paper's own runs) and ``targets`` (a paper's tables
 and figures).
@@ -23,6 +23,7 @@ from drpipe.plan.base import PlanBase, cfg_json
 from drpipe.plan.external import ExternalRunsPlan
 from drpipe.plan.inputs import InputsPlan
 from drpipe.plan.provenance import ProvenancePlan
+from drpipe.plan.seeds import SeedsPlan
 from drpipe.plan.steps import StepsPlan
 from drpipe.plan.transfer import TransferPlan
 from drpipe.plan.zero_shot import ZeroShotPlan
@@ -42,6 +43,7 @@ def plan_class() -> type[PlanBase]:
         (
             *parts,
             TransferPlan,
+            SeedsPlan,
             ExternalRunsPlan,
             ZeroShotPlan,
             ProvenancePlan,

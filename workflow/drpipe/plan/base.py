@@ -95,10 +95,11 @@ class PlanBase:
     def DOCS(self):
         return self.C["corpus"]["documents"]
 
-    # A run: a registered method or one of its variants ("dpr", "dpr.t3_gold_7").
+    # A run: a registered method or one of its variants ("dpr", "dpr.t3_gold_7"), or either
+    # trained again under another seed (config ``seeds``: "dpr@s14", "dpr.t3_gold_7@s14").
     @cached_property
     def RUN(self):
-        return "(?:{})(?:\\.[A-Za-z0-9_]+)?".format("|".join(self.METHODS))
+        return "(?:{})(?:\\.[A-Za-z0-9_]+)?(?:@s[0-9]+)?".format("|".join(self.METHODS))
 
     # The initial encoders: "init" (encoder.init) and a zero-shot entry's "init.<name>".
     @cached_property
