@@ -21,7 +21,8 @@ of the real round; the number of epochs before early stopping may differ from a 
 
 1. Round ÷ encoding pass. The round is what ``drpipe aopt optimise --side passage`` plus the
    next round's ``drpipe index`` and search do: answer-matching labels of the top 100,
-   optimisation (lr 0.1, at most 100 epochs, patience 5), writing the shards, a flat index,
+   optimisation (lr 0.1, at most 100 epochs, patience 5: the cost of up to 100 rounds' steps;
+   a workflow round takes one), writing the shards, a flat index,
    and the top-100 search of every question. The encoding pass is ``encode_shard`` with the
    packaged encoder (the pipeline's settings: max 160 tokens, batch 64) timed on the first
    384 passages of the same corpus, in the same run, and scaled to the corpus size.

@@ -387,6 +387,40 @@ def test_leak_free_vectors_never_read_a_test_answer(tmp_path):
     shutil.rmtree(tmp_path / "swapped")
 
 
+def test_a_round_is_one_step_per_vector(small):
+    """AOpt 2.3.3 / 3.1.4: an epoch is one forward and backward step per vector, after which the
+    index and the labels are rebuilt, so one command (one round) takes exactly one step. (Read
+    as 100 epochs on one round's labels, the oracle put every answerable question's positive
+    at rank 1: top-1 = top-100.)"""
+    import torch
+
+    tmp, shards, pids = small
+    qv = _save_qvecs(tmp / "qv.npy", ["a", "b"], np.random.default_rng(0).standard_normal((2, D)))
+    outs = [str(tmp / "o0.npy"), str(tmp / "o1.npy")]
+    report = run_cli(
+        "aopt", "optimise", "--side", "passage", "--shards", *map(str, shards),
+        "--queries", str(qv), "--run", str(tmp / "run.parquet"),
+        "--questions", str(tmp / "q.parquet"), "--passages", str(tmp / "passages.parquet"),
+        "--out", *outs, "--report", str(tmp / "r.json"), cfg={"depth": 3},
+    )  # fmt: skip
+    assert report["max_epochs"] == 1 and report["epochs_max"] == 1
+    # Passage 10, the one optimised: question a retrieved it and it holds a's answer (Paris),
+    # b retrieved it without b's answer. One step of equation 14 on equation 13, by autograd.
+    before = read_passage_vectors(shards)
+    after = read_passage_vectors(outs)
+    row = int(np.flatnonzero(pids == 10)[0])
+    _, q = read_query_vectors(qv)
+    Y = torch.tensor(q, dtype=torch.float64)
+    x = torch.tensor(before.vectors[row], dtype=torch.float64, requires_grad=True)
+    s = Y @ x
+    (torch.logsumexp(s, 0) - s[0]).backward()
+    step = (x - 0.1 * x.grad).detach().numpy()
+    np.testing.assert_allclose(after.vectors[row], step, rtol=0, atol=1e-5)
+    assert not np.allclose(before.vectors[row], step)
+    others = np.arange(len(pids)) != row
+    np.testing.assert_array_equal(after.vectors[others], before.vectors[others])
+
+
 def test_optimise_report_and_errors(small):
     tmp, shards, _ = small
     qv = _save_qvecs(tmp / "qv.npy", ["a", "b"], np.random.default_rng(0).standard_normal((2, D)))

@@ -66,6 +66,7 @@ def test_table3_gains_and_paper_values_beside_the_oracle_only():
     assert math.isnan(leak["top1_paper"]) and leak["paper_dataset"] == ""
     md = aopt_tables.table3_markdown(frame, "mini")
     assert ORACLE in md and "upper bound" in md and "Leak-free rows read no test answer" in md
+    assert "A round is one epoch of the paper" in md
     # On the paper's own dataset the diff is given.
     nq = aopt_tables.table3(
         [metric("dpr", "nq"), metric("aopt-oracle-hybrid-r2", "nq", top=(57.0, 74.5, 81.2, 85.4))],

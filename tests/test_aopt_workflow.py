@@ -73,6 +73,25 @@ def test_leak_free_labels_from_the_evaluated_split_are_refused(tmp_path):
     assert "leak-free labels must come from other questions" in proc.stdout + proc.stderr
 
 
+def test_a_round_takes_one_epoch_and_rounds_stay_within_the_papers_bounds(tmp_path):
+    """A round is one epoch of the paper (AOpt 2.3.3, 3.1.4): each round's command is given
+    ``epochs_per_round`` (1) epochs, and rounds beyond ``patience`` (where the paper's early
+    stop, not implemented across rounds, could first trigger) are refused."""
+    target = "results/qvecs/aopt-oracle-query-r1/squad/squad-test.npy"
+    proc = snakemake(tmp_path, "-n", "-p", "--forceall", target, overlay=AOPT)
+    shell = next(
+        line for line in (proc.stdout + proc.stderr).splitlines()
+        if "drpipe aopt optimise --side query" in line
+    )  # fmt: skip
+    cfg = json.loads(re.search(r"--cfg '(\{.*?\})'", shell).group(1))
+    assert cfg["max_epochs"] == 1 and cfg["lr"] == 0.1 and cfg["labels"] == "answers"
+    for key, value in (("rounds", {"query": 6}), ("figure7", {"rounds": 6})):
+        overlay = deep_merge(AOPT, {"aopt": {key: value}})
+        proc = snakemake(tmp_path, "-n", LEAKFREE[0], overlay=overlay, check=False)
+        assert proc.returncode != 0
+        assert "early stopping across rounds" in proc.stdout + proc.stderr
+
+
 # --------------------------------------------------------------------------- tiny real run
 
 # The session's shared tiny run: its slice, every method of config.yaml, AOpt's rounds as AOPT.
@@ -135,7 +154,7 @@ def test_table3_rows_and_paper_values_only_beside_the_oracle(run_dir):
         (run_dir / "results/aopt/reports/aopt-leakfree-passage-r1/squad.json").read_text()
     )
     assert report["answers_read_from"] == "results/qa/squad/train.parquet"
-    assert report["lr"] == 0.1 and report["max_epochs"] == 100 and report["patience"] == 5
+    assert report["lr"] == 0.1 and report["max_epochs"] == 1 and report["epochs_max"] == 1
     q = json.loads(
         (run_dir / "results/aopt/reports/aopt-leakfree-query-r1/squad/squad-test.json").read_text()
     )

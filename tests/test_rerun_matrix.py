@@ -178,6 +178,13 @@ RESULT_CHANGE = {
         {"bm25_search", "evaluate", "table2", "figure1", "provenance"},
         {"bm25_search", "evaluate", "table2", "table2_curves", "figure1", "provenance"},
     ),
+    # A round's epochs (AOpt: one, the paper's reading) rerun every round and what reads them.
+    "aopt.epochs_per_round": (
+        {"aopt": {**OVERLAY["aopt"], "epochs_per_round": 2}},
+        {"aopt_passage_round", "aopt_query_round"},
+        AOPT_RULES - {"aopt_linear", "aopt_grid", "aopt_figure6"}
+        | {"table2", "table2_curves", "provenance", "all"},
+    ),
     "tables.split (same data, renamed tables)": (
         {"tables": {**OVERLAY["tables"], "datasets": ["squad"], "single": {"squad": "squad"}}},
         set(),

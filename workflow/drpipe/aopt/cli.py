@@ -26,13 +26,25 @@ pseudo-labels, equations 11 and 13,
 
 (the paper prints the scores without ``exp``; with raw dot products the ratio can be negative
 and its log undefined, so we read it as the softmax form DPR's own loss has), with the update
-of equation 14, ``x <- x - lr * dl/dx``, ``lr`` = 0.1, batch size 1 ("every single dense
-representation will be processed alone for a forward and backward propagation step during
-every epoch"), at most 100 epochs, stopping when the loss has not decreased for ``patience`` = 5
-consecutive epochs (section 3.1.4). Per epoch: compute the loss; if it has not been below the
-best loss for ``patience`` epochs, stop (this epoch's step is not taken); else take the step.
-The vector after the last step is kept. A vector without a positive has no loss (log 0) and one
-without a negative has loss 0 and gradient 0: both stay as they are.
+of equation 14, ``x <- x - lr * dl/dx``, ``lr`` = 0.1, batch size 1.
+
+**A round is one epoch.** "Every single dense representation will be processed alone for a
+forward and backward propagation step during every epoch" (3.1.4); "after updating all the dense
+representations ... one by one ... we rebuild the index ..., re-execute the retrieval process,
+then reconstruct the pseudo-labels ..., and finally, optimize all ... again" (2.3.3); Figure 7
+plots retrieval "during the iterative epochs", which needs the index rebuilt every epoch. So one
+``drpipe aopt optimise`` (one round of the workflow) applies one step per vector (cfg
+``max_epochs`` = 1) to the labels of the current top-k, and the next round relabels. The
+paper's "at most 100 epochs, early stop when the loss has not decreased for 5 consecutive
+epochs" bounds the number of rounds: the workflow refuses more rounds than ``max_epochs`` or
+``patience`` (within ``patience`` rounds the stop cannot trigger, so it needs no implementing). Reading a round as 100 epochs on fixed labels instead (the
+former reading) drove every oracle question whose top-100 held an answer to rank 1 (mini:
+top-1 = top-100 = 98.26): the training loss never rose, so early stopping never fired.
+With ``max_epochs`` > 1 the command still runs several epochs: per epoch, compute the loss; if
+it has not been below the best loss for ``patience`` epochs, stop (this epoch's step is not
+taken); else take the step. The vector after the last step is kept. A vector without a
+positive has no loss (log 0) and one without a negative has loss 0 and gradient 0: both stay
+as they are.
 
 Vectorised, but batch size 1 per vector: each vector's loss involves only that vector (the other
 side's vectors are constants), so all vectors advance together in one batched program, each

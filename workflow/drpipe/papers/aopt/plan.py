@@ -17,6 +17,18 @@ class AoptPlan:
                 f"config: aopt.label_split = {aopt['label_split']} is the evaluated split "
                 "(tables.split): leak-free labels must come from other questions' answers"
             )
+        # A round is one epoch (cli's docstring): the paper's epoch bounds bound the rounds.
+        # Early stopping across rounds is not implemented: within `patience` rounds it cannot
+        # trigger, so more rounds are refused rather than run without it.
+        counts = {f"rounds.{arm}": n for arm, n in aopt["rounds"].items()}
+        counts["figure7.rounds"] = aopt["figure7"]["rounds"]
+        for name, n in counts.items():
+            if n > min(aopt["max_epochs"], aopt["patience"]):
+                raise ConfigError(
+                    f"config: aopt.{name} = {n} exceeds aopt.max_epochs = {aopt['max_epochs']} "
+                    f"or aopt.patience = {aopt['patience']}: a round is one epoch, and early "
+                    "stopping across rounds (AOpt 3.1.4) is not implemented"
+                )
         if aopt["depth"] > top_k:
             raise ConfigError(
                 f"config: aopt.depth = {aopt['depth']} labels deeper than the runs "
@@ -112,8 +124,10 @@ class AoptPlan:
         return f"results/runs/{run}/{train_set}/{dataset}-{split}.parquet"
 
     def aopt_opt_cfg(self, labels):
-        """Config of one optimisation round (no round count: more rounds rerun no old round)."""
-        cfg = {k: self.AOPT[k] for k in ("depth", "lr", "max_epochs", "patience")}
+        """Config of one optimisation round (no round count: more rounds rerun no old round):
+        ``epochs_per_round`` epochs on one set of labels (the paper's reading: 1)."""
+        cfg = {k: self.AOPT[k] for k in ("depth", "lr", "patience")}
+        cfg["max_epochs"] = self.AOPT["epochs_per_round"]
         cfg["labels"] = labels
         if labels == "prf":
             cfg["prf_positives"] = self.AOPT["prf_positives"]
