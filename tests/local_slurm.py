@@ -10,8 +10,11 @@ The node advertises what the SLURM profile's paper-scale jobs ask for (64 CPUs, 
 as GRES, ``SlurmdParameters=config_overrides``), so every request is checked against a real
 scheduler on a CPU box; ``EnforcePartLimits=ALL`` and the partitions' ``MaxMemPerNode`` make a
 request the cluster cannot satisfy fail at sbatch, as on a real cluster. No accounting daemon
-(the profile must work without one; that is where the executor plugin's default ``sacct``
-status command hangs).
+by default (the profile must work without one; that is where the executor plugin's default
+``sacct`` status command hangs). ``up --accounting`` adds one, opt-in and not used by the tests:
+a MariaDB server (``mariadbd``, its data under the cluster's folder, on a free local port) and
+``slurmdbd`` storing in it, so that ``sacct`` answers as on most real clusters (Debian's
+``slurmdbd mariadb-server``, installed if missing).
 
 Slurm runs configless (``enable_configless``; slurmd fetches the configuration from
 slurmctld): the executor plugin's in-job ``srun`` drops ``SLURM_CONF``, and a client without
@@ -23,7 +26,8 @@ refuses when a recorded cluster is still alive. ``down`` cancels every job, send
 recorded PID, KILL after a timeout, and removes what ``up`` wrote.
 
 Command line: ``tests/slurm/local-cluster up|down|status|install``, or ``run -- COMMAND``
-(up, the command with ``SLURM_CONF`` set, down even if it fails).
+(up, the command with ``SLURM_CONF`` set, down even if it fails); ``--accounting`` with ``up``,
+``run`` or ``install``.
 """
 
 from __future__ import annotations
@@ -45,6 +49,11 @@ from pathlib import Path
 import system_packages
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
+# With accounting (``up --accounting``): the database and slurmdbd start before slurmctld.
+ACCOUNTING_DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd")
+ACCOUNTING_PACKAGES = ("slurmdbd", "mariadb-server")
+ACCOUNTING_BINARIES = ("slurmdbd", "mariadbd", "mariadb-install-db", "mariadb", "sacct",
+                       "sacctmgr")  # fmt: skip
 NODE = "drpipe-node"
 # What the node advertises: the profile's largest requests (training: 8 GPUs, 32 CPUs,
 # 256 GB; DCSR's index: 320 GB) fit; MAX_MEM_MB is each partition's per-node limit.
@@ -63,12 +72,26 @@ def default_dir() -> Path:
     return Path(os.environ.get("DRPIPE_SLURM_DIR", "/tmp/drpipe-slurm"))
 
 
-def ensure_packages() -> None:
-    """Debian's SLURM and munge, installed if missing (system_packages.py); ClusterUnavailable
-    with the reason where that cannot be done (not root, no apt-get, the install failed)."""
+def ensure_packages(accounting: bool = False) -> None:
+    """Debian's SLURM and munge (and with ``accounting`` slurmdbd and MariaDB), installed if
+    missing (system_packages.py); ClusterUnavailable with the reason where that cannot be done
+    (not root, no apt-get, the install failed)."""
     reason = system_packages.available("slurm")
     if reason:
         raise ClusterUnavailable(reason)
+    if not accounting or all(system_packages.which(b) for b in ACCOUNTING_BINARIES):
+        return
+    reason = system_packages.why_not()
+    if reason:
+        raise ClusterUnavailable(f"{' '.join(ACCOUNTING_PACKAGES)} not installed and {reason}")
+    # system_packages' apt-get, under its lock (the tests' background install may hold it).
+    script = (f"{' '.join(system_packages.APT[:-2])} update -qq && DEBIAN_FRONTEND=noninteractive "
+              f"{' '.join(system_packages.APT)} install {' '.join(ACCOUNTING_PACKAGES)}")  # fmt: skip
+    proc = subprocess.run(["flock", str(system_packages.LOCK), "sh", "-c", script],
+                          capture_output=True, text=True)  # fmt: skip
+    if proc.returncode != 0 or not all(system_packages.which(b) for b in ACCOUNTING_BINARIES):
+        raise ClusterUnavailable(f"installing {' '.join(ACCOUNTING_PACKAGES)} failed: "
+                                 f"{(proc.stdout + proc.stderr)[-500:]}")  # fmt: skip
 
 
 def _free_port() -> int:
@@ -91,8 +114,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def slurm_conf(root: Path, ctld_port: int, slurmd_port: int) -> str:
+def slurm_conf(root: Path, ctld_port: int, slurmd_port: int, dbd_port: int | None = None) -> str:
+    """The cluster's slurm.conf; with ``dbd_port``, accounting through slurmdbd there."""
     host = socket.gethostname().split(".")[0]
+    storage = (f"accounting_storage/slurmdbd\nAccountingStorageHost={host}\n"
+               f"AccountingStoragePort={dbd_port}" if dbd_port else "accounting_storage/none")  # fmt: skip
     return f"""\
 ClusterName=drpipe
 SlurmctldHost={host}(127.0.0.1)
@@ -119,7 +145,7 @@ EnforcePartLimits=ALL
 ReturnToService=2
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+AccountingStorageType={storage}
 GresTypes=gpu
 MinJobAge=3600
 KillWait=5
@@ -129,6 +155,25 @@ NodeName={NODE} NodeHostname={host} NodeAddr=127.0.0.1 CPUs={CPUS} RealMemory={R
 PartitionName=cpu Nodes={NODE} Default=YES MaxTime=INFINITE MaxMemPerNode={MAX_MEM_MB} State=UP
 PartitionName=gpu Nodes={NODE} MaxTime=INFINITE MaxMemPerNode={MAX_MEM_MB} State=UP
 """  # noqa: E501
+
+
+def slurmdbd_conf(root: Path, dbd_port: int, db_port: int) -> str:
+    host = socket.gethostname().split(".")[0]
+    return f"""\
+AuthType=auth/munge
+DbdHost={host}
+DbdAddr=127.0.0.1
+DbdPort={dbd_port}
+SlurmUser=root
+LogFile={root}/log/slurmdbd.log
+PidFile={root}/slurmdbd.pid
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={db_port}
+StorageUser=slurm
+StoragePass=slurm
+StorageLoc=slurm_acct_db
+"""
 
 
 @dataclass
@@ -173,14 +218,17 @@ class LocalCluster:
         state = self.recorded()
         return bool(state) and all(_alive(p) for p in state["pids"].values())
 
-    def up(self, timeout: float = 60.0, owner: int | None = None) -> float:
+    def up(
+        self, timeout: float = 60.0, owner: int | None = None, accounting: bool = False
+    ) -> float:
         """Start the cluster and wait until its node is idle; the seconds it took. ``owner``:
         the process the cluster belongs to (a test session's), recorded; a later ``up`` stops
         a cluster whose owner has died without taking it down (a killed session). A cluster
-        without one (the command line's) runs until ``down``."""
+        without one (the command line's) runs until ``down``. ``accounting``: with a database
+        and slurmdbd (the module's docstring)."""
         if os.geteuid() != 0:
             raise ClusterUnavailable("a local SLURM runs its daemons as root; this is not root")
-        ensure_packages()
+        ensure_packages(accounting)
         self.root.parent.mkdir(parents=True, exist_ok=True)
         with self._lock():
             left = self.recorded()
@@ -196,7 +244,7 @@ class LocalCluster:
             if self.recorded():  # a dead one: clean what it left
                 self._stop(self.recorded())
             start = time.perf_counter()
-            self._start(owner)
+            self._start(owner, accounting)
         try:
             self._wait_idle(timeout)
         except BaseException:
@@ -204,10 +252,10 @@ class LocalCluster:
             raise
         return time.perf_counter() - start
 
-    def _start(self, owner: int | None) -> None:
+    def _start(self, owner: int | None, accounting: bool = False) -> None:
         if self.root.exists():
             shutil.rmtree(self.root)
-        for sub in ("etc", "state", "spool", "log", "munge"):
+        for sub in ("etc", "state", "spool", "log", "munge", *(("db",) if accounting else ())):
             (self.root / sub).mkdir(parents=True)
         self.root.chmod(0o755)
         (self.root / "munge").chmod(0o700)
@@ -219,22 +267,45 @@ class LocalCluster:
         key = self.root / "munge" / "munge.key"
         key.write_bytes(os.urandom(128))
         key.chmod(0o400)
-        self.conf.write_text(slurm_conf(self.root, _free_port(), _free_port()))
+        dbd_port, db_port = (_free_port(), _free_port()) if accounting else (None, None)
+        self.conf.write_text(slurm_conf(self.root, _free_port(), _free_port(), dbd_port))
         self._gres()
         log = self.root / "log"
         mdir = self.root / "munge"
+        db = self.root / "db"
         cmds = {
             "munged": ["munged", "-F", "-f", f"--key-file={key}", f"--socket={MUNGE_SOCKET}",
                        f"--pid-file={mdir}/munged.pid", f"--seed-file={mdir}/munged.seed",
                        f"--log-file={log}/munged.log"],
+            "mariadbd": ["mariadbd", "--no-defaults", f"--datadir={db}", "--user=root",
+                         f"--socket={self.root}/mariadb.sock", f"--port={db_port}",
+                         "--bind-address=127.0.0.1", f"--pid-file={self.root}/mariadbd.pid",
+                         f"--log-error={log}/mariadbd.log",
+                         # SLURM's accounting guide's value (slurmdbd's log still warns
+                         # of the default innodb_buffer_pool_size: harmless at this size).
+                         "--innodb-lock-wait-timeout=900"],
+            # slurmdbd reads slurmdbd.conf beside SLURM_CONF's slurm.conf.
+            "slurmdbd": ["slurmdbd", "-D"],
             "slurmctld": ["slurmctld", "-D", "-i", "-f", str(self.conf)],
             "slurmd": ["slurmd", "-D", "-N", NODE, "--conf-server",
                        f"127.0.0.1:{self._ctld_port()}"],
         }  # fmt: skip
+        if accounting:
+            dbd_conf = self.conf.with_name("slurmdbd.conf")
+            dbd_conf.write_text(slurmdbd_conf(self.root, dbd_port, db_port))
+            dbd_conf.chmod(0o600)  # slurmdbd refuses a conf others can read (it holds a password)
+            install = subprocess.run(
+                ["mariadb-install-db", "--no-defaults", f"--datadir={db}", "--user=root",
+                 "--auth-root-authentication-method=socket", "--skip-test-db"],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            if install.returncode != 0:
+                raise ClusterUnavailable(f"mariadb-install-db failed: {install.stderr[-500:]}")
         pids: dict[str, int] = {}
-        state = {"root": str(self.root), "pids": pids, "started": time.time(), "owner": owner}
+        state = {"root": str(self.root), "pids": pids, "started": time.time(), "owner": owner,
+                 "accounting": accounting}  # fmt: skip
         try:
-            for name in DAEMONS:
+            for name in ACCOUNTING_DAEMONS if accounting else DAEMONS:
                 out = open(log / f"{name}.out", "w")  # noqa: SIM115
                 proc = subprocess.Popen(
                     cmds[name], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -245,12 +316,31 @@ class LocalCluster:
                 self.state_file.write_text(json.dumps(state, indent=1))
                 if name == "munged":
                     self._wait_for(MUNGE_SOCKET.exists, 10, "munged")
+                if name == "mariadbd":
+                    self._wait_for(lambda: self._sql("SELECT 1").returncode == 0, 60, "mariadbd")
+                    setup = self._sql(
+                        "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurm'; GRANT ALL ON "
+                        "slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+                    )
+                    if setup.returncode != 0:
+                        raise ClusterUnavailable(f"database setup failed: {setup.stderr}")
+                if name == "slurmdbd":
+                    # slurmctld registers its cluster with slurmdbd when it starts.
+                    self._wait_for(lambda: self.run("sacctmgr", "-n", "show", "cluster",
+                                                    check=False).returncode == 0,
+                                   60, "slurmdbd")  # fmt: skip
                 if name == "slurmctld":
                     self._wait_for(lambda: self.run("scontrol", "ping", check=False)
                                    .stdout.count("UP") > 0, 20, "slurmctld")  # fmt: skip
         except BaseException:
             self._stop(state)
             raise
+
+    def _sql(self, statement: str) -> subprocess.CompletedProcess:
+        """``statement`` run as the database's root, through its socket."""
+        return subprocess.run(["mariadb", "--no-defaults", f"--socket={self.root}/mariadb.sock",
+                               "-u", "root", "-e", statement],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
 
     def _gres(self) -> None:
         """GPUs as GRES: a character device each, /dev/null's numbers (slurmd counts them;
@@ -314,7 +404,7 @@ class LocalCluster:
             subprocess.run(["scancel", "--full", "--quiet", "--partition=cpu,gpu"],
                            env=self.env(), capture_output=True, timeout=30)  # fmt: skip
         # slurmd first (its job steps end with it), munged last (the others use it to stop).
-        for name in reversed(DAEMONS):
+        for name in reversed(ACCOUNTING_DAEMONS):
             pid = pids.get(name)
             if pid and _alive(pid):
                 _terminate(pid, timeout)
@@ -367,23 +457,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("action", choices=("up", "down", "status", "install", "run"),
                     help="run: up, then COMMAND with SLURM_CONF set, then down")  # fmt: skip
     ap.add_argument("--dir", type=Path, default=default_dir(), help="where the cluster lives")
-    ap.add_argument("command", nargs=argparse.REMAINDER, help="(run) -- COMMAND ...")
-    args = ap.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    ap.add_argument("--accounting", action="store_true",
+                    help="(up, run, install) with slurmdbd and a MariaDB server, so that sacct "
+                         "answers")  # fmt: skip
+    ap.epilog = "run -- COMMAND ...: everything after the first `--` is the command"
+    # Split by hand: options may follow the action (`up --accounting`), and the command keeps
+    # its own options.
+    argv = sys.argv[1:] if argv is None else argv
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, command = ap.parse_args(argv[:cut]), argv[cut + 1 :]
     if (args.action == "run") != bool(command):
         ap.error("a COMMAND goes with `run` (and only with it): run -- COMMAND ...")
     cluster = LocalCluster(args.dir)
     try:
         if args.action == "install":
-            ensure_packages()
+            ensure_packages(args.accounting)
         elif args.action == "up":
-            took = cluster.up()
+            took = cluster.up(accounting=args.accounting)
             print(
                 f"local SLURM up in {took:.1f} s; use it with:\n  export SLURM_CONF={cluster.conf}"
             )
         elif args.action == "run":
             print(
-                f"local SLURM up in {cluster.up(owner=os.getpid()):.1f} s ({cluster.conf})",
+                f"local SLURM up in {cluster.up(owner=os.getpid(), accounting=args.accounting):.1f}"
+                f" s ({cluster.conf})",
                 flush=True,
             )
             try:
@@ -396,7 +493,9 @@ def main(argv: list[str] | None = None) -> int:
             if not cluster.is_up():
                 print("down")
                 return 1
-            print(f"up: {cluster.recorded()['pids']}; node {NODE} {cluster.node_state()}")
+            accounting = " (with accounting)" if cluster.recorded().get("accounting") else ""
+            print(f"up{accounting}: {cluster.recorded()['pids']}; node {NODE} "
+                  f"{cluster.node_state()}")  # fmt: skip
     except ClusterUnavailable as err:
         print(f"local-cluster: {err}")
         return 2

@@ -10,7 +10,9 @@ training to retrieval), through profiles/slurm and snakemake-executor-plugin-slu
 single-node SLURM on this machine (local_slurm.py: munged, slurmctld, slurmd, brought up for
 the run and down after it). The first training job is cancelled with `scancel` once it has
 written a checkpoint; then two faults on the smallest jobs (a request the cluster cannot
-satisfy, a job that fails on a bad input). What happened is left in its folder for the tests.
+satisfy, a job that fails on a bad input). Beside it, in a second copy, a training that SLURM
+kills at its time limit (``_time_limit_run``). What happened is left in its folder for the
+tests.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import yaml
@@ -63,10 +66,10 @@ def profile() -> dict:
 
 
 def profile_with_overrides(where: Path, extra: dict | None = None) -> Path:
-    """profiles/slurm with OVERRIDES (and ``extra``) applied (everything else as the
-    repository has it)."""
+    """profiles/slurm with OVERRIDES, then ``extra``, applied key by key (everything else as
+    the repository has it)."""
     prof = profile()
-    for rule, values in {**OVERRIDES, **(extra or {})}.items():
+    for rule, values in [*OVERRIDES.items(), *(extra or {}).items()]:
         prof["set-resources"][rule] = {**prof["set-resources"][rule], **values}
     where.mkdir(parents=True)
     (where / "config.yaml").write_text(yaml.safe_dump(prof))
@@ -94,6 +97,12 @@ def _progress(work: Path) -> dict | None:
         return None
 
 
+def jobs_of(cluster: LocalCluster, work: Path) -> list[dict]:
+    """The jobs the controller remembers of the Snakemake runs in ``work`` (two runs share
+    the cluster: the main one and the time-limit one)."""
+    return [j for j in cluster.jobs() if j.get("WorkDir") == str(work.resolve())]
+
+
 def _cancel_first_train(cluster: LocalCluster, work: Path, done: threading.Event,
                         out: dict) -> None:  # fmt: skip
     """Once the first train job has written a checkpoint before its last step, `scancel` it
@@ -101,7 +110,7 @@ def _cancel_first_train(cluster: LocalCluster, work: Path, done: threading.Event
     while not done.is_set():
         progress = _progress(work)
         if progress and progress["step"] < progress["total_steps"]:
-            for job in cluster.jobs():
+            for job in jobs_of(cluster, work):
                 if rule_of(job.get("Comment", "")) == "train" and job["JobState"] == "RUNNING":
                     cluster.run("scancel", job["JobId"])
                     out.update(cancelled=job["JobId"], at_step=progress["step"])
@@ -127,13 +136,23 @@ def build_slurm_run(dpr_run: Path, where: Path, overlay: dict) -> Path:
     except ClusterUnavailable as err:
         (where / "result.json").write_text(json.dumps({"unavailable": str(err)}))
         return where
+    limit: dict = {}
+    beside = threading.Thread(target=_time_limit_run,
+                              args=(cluster, dpr_run, where / "time-limit", overlay, limit))  # fmt: skip
     try:
         work = copy_run(dpr_run, where / "work")
+        beside.start()
         result.update(_run_through(cluster, work, where, overlay))
         (where / "hashes.json").write_text(json.dumps(result_hashes(work), indent=1))
-        (where / "jobs.json").write_text(json.dumps(cluster.jobs(), indent=1))
+        (where / "jobs.json").write_text(json.dumps(jobs_of(cluster, work), indent=1))
         result["faults"] = _faults(cluster, work, where, overlay)
     finally:
+        if beside.ident is not None:  # started
+            start = time.perf_counter()
+            beside.join()
+            # What the time-limit run added to this one: the wait for it after the faults.
+            limit["waited_s"] = time.perf_counter() - start
+            result["time_limit"] = limit
         result["cluster_down_s"] = cluster.down()
         (where / "result.json").write_text(json.dumps(result, indent=1))
     return where
@@ -182,19 +201,106 @@ def _run_through(cluster: LocalCluster, work: Path, where: Path, overlay: dict) 
             "cancelled": cancelled.get("cancelled"), "at_step": cancelled.get("at_step")}  # fmt: skip
 
 
+# The time-limit run: a second copy of the DPR run, its training alone rerun through a copy of
+# the profile that gives it one minute (the least SLURM takes; Snakemake's `runtime` is in
+# minutes). Its first attempt is frozen after its first checkpoint, standing for a training
+# longer than its limit without spending a core of the test machine on it for that minute. Its
+# memory is lowered so that it never holds what the main run's jobs need (two trainings' 256 GB
+# would fill the node).
+TIME_LIMIT = {"train": {"runtime": 1, "mem_mb": 16000}}
+MODEL_REPORT = "results/models/dpr/squad.report.json"
+
+
+def _trainings_in(work: Path) -> list[int]:
+    """PIDs of the `drpipe train` processes running in ``work``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.readlink(proc / "cwd") != str(work.resolve()):
+                continue
+            argv = [Path(a.decode(errors="replace")).name
+                    for a in (proc / "cmdline").read_bytes().split(b"\0")]  # fmt: skip
+        except OSError:  # it has ended
+            continue
+        if "drpipe" in argv and argv[argv.index("drpipe") + 1 :][:1] == ["train"]:
+            pids.append(int(proc.name))
+    return pids
+
+
+def _freeze_first_train(cluster: LocalCluster, work: Path, done: threading.Event,
+                        out: dict) -> None:  # fmt: skip
+    """Once the first train job in ``work`` has written a checkpoint before its last step,
+    stop its training (SIGSTOP): the job holds its allocation and its clock runs, as a longer
+    training's would, until SLURM kills it at its limit (SIGTERM, then SIGKILL KillWait
+    later). Records the job and the step its checkpoint holds."""
+    while not done.is_set():
+        progress = _progress(work)
+        if progress and progress["step"] < progress["total_steps"]:
+            running = [j["JobId"] for j in jobs_of(cluster, work)
+                       if rule_of(j.get("Comment", "")) == "train" and j["JobState"] == "RUNNING"]  # fmt: skip
+            pids = _trainings_in(work)
+            if running and pids:
+                for pid in pids:
+                    os.kill(pid, signal.SIGSTOP)
+                # Read again once stopped: a step may have ended since.
+                out.update(frozen=running[0], at_step=_progress(work)["step"])
+                return
+        time.sleep(0.2)
+
+
+def _time_limit_run(cluster: LocalCluster, dpr_run: Path, where: Path, overlay: dict,
+                    out: dict) -> None:  # fmt: skip
+    """The time-limit run (TIME_LIMIT) in ``where``, beside the main run: a copy of
+    ``dpr_run``, its training forced to rerun with a checkpoint every step, its first attempt
+    frozen after its first checkpoint. Left in ``out``: Snakemake's exit status, log and wall
+    time, the frozen job and the step its checkpoint held, every job of the run as the
+    controller recorded it, the step the final report says the training resumed from, and
+    the hashes of the model's files (``error`` if the run could not be made)."""
+    try:
+        where.mkdir()
+        work = copy_run(dpr_run, where / "work")
+        overlay_file = work / "tiny.yaml"
+        overlay_file.write_text(yaml.safe_dump(deep_merge(overlay, SLURM_OVERLAY)))
+        prof = profile_with_overrides(where / "profile", TIME_LIMIT)
+        cmd = slurm_cmd(work, prof, overlay_file, MODEL_REPORT, "--forcerun", "train")
+        done = threading.Event()
+        freezer = threading.Thread(target=_freeze_first_train, args=(cluster, work, done, out))
+        freezer.start()
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(cluster),
+                                  timeout=1200)  # fmt: skip
+        finally:
+            done.set()
+            freezer.join()
+        log = _short(proc)
+        (where / "run.log").write_text(log)
+        out.update(returncode=proc.returncode, wall_s=time.perf_counter() - start,
+                   log=log, jobs=jobs_of(cluster, work))  # fmt: skip
+        report = work / MODEL_REPORT
+        if report.is_file():
+            out["resumed_from_step"] = json.loads(report.read_text()).get("resumed_from_step")
+        model = MODEL_REPORT.removesuffix(".report.json") + "/"
+        out["hashes"] = {r: h for r, h in result_hashes(work).items() if r.startswith(model)}
+    except Exception:
+        out["error"] = traceback.format_exc()
+
+
 def _killed_and_restarted(cluster: LocalCluster, work: Path, prof: Path,
                           overlay_file: Path) -> dict:  # fmt: skip
     """Snakemake SIGKILLed while its evaluation job runs, unlocked (`--unlock`, as Snakemake
     says), then started again twice: while the job is still in the queue (held there with
     `scontrol suspend`), and after it has ended."""
     out: dict = {}
-    before = {j["JobId"] for j in cluster.jobs()}
+    before = {j["JobId"] for j in jobs_of(cluster, work)}
     cmd = slurm_cmd(work, prof, overlay_file, METRICS, "--forcerun", "evaluate")
     first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              env=_env(cluster), start_new_session=True)  # fmt: skip
     deadline, orphan = time.monotonic() + 300, None
     while orphan is None and time.monotonic() < deadline and first.poll() is None:
-        running = [j for j in cluster.jobs() if j["JobId"] not in before
+        running = [j for j in jobs_of(cluster, work) if j["JobId"] not in before
                    and j["JobState"] == "RUNNING"]  # fmt: skip
         orphan = running[0]["JobId"] if running else None
         time.sleep(0.2)
@@ -220,7 +326,7 @@ def _killed_and_restarted(cluster: LocalCluster, work: Path, prof: Path,
     done = subprocess.run(slurm_cmd(work, prof, overlay_file, METRICS), capture_output=True,
                           text=True, env=_env(cluster), timeout=600)  # fmt: skip
     out["after"] = {"returncode": done.returncode, "log": _short(done)}
-    out["jobs"] = [j for j in cluster.jobs() if j["JobId"] not in before]
+    out["jobs"] = [j for j in jobs_of(cluster, work) if j["JobId"] not in before]
     metrics = work / METRICS.replace(".json", ".per_question.parquet")
     out["per_question_sha256"] = hashlib.sha256(metrics.read_bytes()).hexdigest()
     return out
@@ -253,7 +359,7 @@ def _faults(cluster: LocalCluster, work: Path, where: Path, overlay: dict) -> di
     )  # fmt: skip
     faults["check"] = {"returncode": proc.returncode, "log": proc.stdout + proc.stderr[-3000:]}
     faults["killed"] = _killed_and_restarted(cluster, work, where / "profile", overlay_file)
-    before = {j["JobId"] for j in cluster.jobs()}
+    before = {j["JobId"] for j in jobs_of(cluster, work)}
     run = work / "results/runs/dpr/squad/squad-test.parquet"
     run.write_text("not a parquet file\n")
     os.utime(run)  # newer than its metrics: mtime reruns the evaluation
@@ -261,7 +367,7 @@ def _faults(cluster: LocalCluster, work: Path, where: Path, overlay: dict) -> di
                           capture_output=True, text=True, env=_env(cluster), timeout=600)  # fmt: skip
     faults["bad_input"] = {
         "returncode": proc.returncode, "log": _short(proc),
-        "jobs": [j for j in cluster.jobs() if j["JobId"] not in before],
+        "jobs": [j for j in jobs_of(cluster, work) if j["JobId"] not in before],
     }  # fmt: skip
     return faults
 

@@ -10,9 +10,10 @@
   brought up by the session's builder (slurm_run.py) for a copy of the tiny DPR run, its
   mining forced to rerun: mining, training, encoding, index, retrieval, evaluation and
   Table 2 submitted through profiles/slurm with snakemake-executor-plugin-slurm. The first
-  training job is cancelled (`scancel`) after its first checkpoint. Then two faults on the
-  evaluation job: a request the cluster cannot satisfy, and a bad input. Where SLURM cannot
-  run (not root, no apt), these tests skip and say why.
+  training job is cancelled (`scancel`) after its first checkpoint. Then faults on the
+  evaluation job: a request the cluster cannot satisfy, Snakemake killed and restarted, a bad
+  input. Beside it, a training killed by its time limit. Where SLURM cannot run (not root, no
+  apt), these tests skip and say why.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from local_slurm import LocalCluster
-from slurm_run import FORCED, OVERRIDES, per_job, rule_of
+from local_slurm import NODE, LocalCluster
+from slurm_run import FORCED, OVERRIDES, TIME_LIMIT, per_job, rule_of
 from slurm_run import profile as slurm_profile
 from workflow_util import local_rules
 
@@ -328,3 +329,46 @@ def test_a_killed_snakemake_restarted_submits_nothing_beside_its_earlier_jobs(
     assert evaluations == [orphan] and jobs[orphan]["JobState"] == "COMPLETED", jobs
     local = tiny_dpr_run / "results/metrics/dpr/squad/squad-test.per_question.parquet"
     assert killed["per_question_sha256"] == hashlib.sha256(local.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow
+@pytest.mark.system_packages
+def test_a_training_killed_at_its_time_limit_is_retried_with_the_same_limit_and_resumes(
+    real_slurm_run, tiny_dpr_run
+):
+    """A training whose profile gives it one minute, run beside the main run: its first
+    attempt, stopped after its first checkpoint (standing for a longer training), is killed by
+    slurmctld at its limit (TIMEOUT); Snakemake reports the state and resubmits it once
+    (`retries: 1`) with the same limit; the retry resumes from the checkpoint and the weights
+    are the local run's, byte for byte."""
+    limit = _slurm(real_slurm_run)["time_limit"]
+    assert "error" not in limit, limit["error"]
+    assert limit["returncode"] == 0, limit["log"]
+    print(f"time-limit run: {limit['wall_s']:.0f} s beside the main run; waited for after the "
+          f"faults: {limit['waited_s']:.1f} s")  # fmt: skip
+    jobs = limit["jobs"]
+    assert [(rule_of(j["Comment"]), j["JobState"]) for j in jobs] == [
+        ("train", "TIMEOUT"),
+        ("train", "COMPLETED"),
+    ], jobs
+    first, retry = jobs
+    assert first["JobId"] == limit["frozen"]
+    # The retry asks for what the first attempt did: the rule's time, not more.
+    minutes = TIME_LIMIT["train"]["runtime"]
+    assert [_minutes(j["TimeLimit"]) for j in jobs] == [minutes, minutes], jobs
+    assert retry["Partition"] == first["Partition"] and retry["TRES"] == first["TRES"]
+    assert first["TresPerJob"] == f"gres:gpu:{OVERRIDES['train']['gpu']}", first["TresPerJob"]
+    # Killed at its limit (slurmctld checks limits every 30 s), not before.
+    assert _minutes(first["RunTime"]) >= minutes, first["RunTime"]
+    # Snakemake names the state (the squeue status command gives no further reason), shows
+    # the job's SLURM log with slurmstepd's reason (`show-failed-logs`), and restarts it.
+    log = limit["log"]
+    assert f"SLURM-job '{first['JobId']}' failed, SLURM status is: 'TIMEOUT'" in log, log
+    assert f"JOB {first['JobId']} ON {NODE} CANCELLED AT" in log and "DUE TO TIME LIMIT" in log
+    assert log.index("DUE TO TIME LIMIT") < log.index("Trying to restart job"), log
+    assert 1 <= limit["at_step"] <= limit["resumed_from_step"], limit
+    model = "results/models/dpr/squad/"
+    differ = [r for r, h in limit["hashes"].items()
+              if hashlib.sha256((tiny_dpr_run / r).read_bytes()).hexdigest() != h]  # fmt: skip
+    assert limit["hashes"] and not differ, differ
+    assert all(r.startswith(model) for r in limit["hashes"])
