@@ -16,10 +16,12 @@ from test_evaluate import q, write_passages, write_run
 
 from drpipe.cli import main
 from drpipe.qa.datasets import read_questions, write_questions
+from drpipe.qa.matching import AnswerMatcher
 from drpipe.reader.decode import best_span, decode
 from drpipe.reader.em import exact_match, normalize_answer
 from drpipe.reader.examples import build_examples, sample_negatives
 from drpipe.reader.inputs import Encoded, answer_spans, encode, question_ids, tokenize_passage
+from drpipe.reader.kview import k_view
 from drpipe.reader.loss import reader_loss
 from drpipe.reader.model import build_reader, load_reader
 from drpipe.reader.score import Tokens, read_scores, score_pairs, scores_precision
@@ -95,6 +97,47 @@ def test_exact_match_regex_answers_of_curatedtrec():
     assert exact_match("after the fall", ["After the Fall|Finishing the Play"], "regex")
     assert exact_match("2,500", [r"\b2,?[4567][0-9][0-9]\b"], "regex")
     assert not exact_match("anything", ["(unclosed"], "regex")  # never compiles: no match
+
+
+def _drqa_regex_em(prediction: str, patterns: list[str]) -> bool:
+    """DrQA's scripts/pipeline/eval.py with --regex, written out: answers and the prediction
+    NFD-normalised (retriever.utils.normalize), then reader.utils.regex_match_score (re,
+    IGNORECASE + UNICODE + MULTILINE, pattern.match) over the answers."""
+    import re
+    import unicodedata
+
+    def nfd(text: str) -> str:
+        return unicodedata.normalize("NFD", text)
+
+    for pattern in patterns:
+        try:
+            compiled = re.compile(nfd(pattern), flags=re.IGNORECASE + re.UNICODE + re.MULTILINE)
+        except BaseException:
+            continue
+        if compiled.match(nfd(prediction)) is not None:
+            return True
+    return False
+
+
+@pytest.mark.parametrize(
+    ("prediction", "pattern", "expected"),
+    [
+        ("PÉTAIN", "pétain", True),  # case folds through the combining mark
+        ("Pe\u0301tain", "P\u00e9tain", True),  # NFD prediction, NFC pattern: the same text
+        ("P\u00e9tain", "Pe\u0301tain", True),
+        ("Petain", "P[eé]tain", True),
+        # NFD splits é inside a class into e + U+0301: the class takes one code point, so DrQA
+        # misses the accented spelling; so do we (the same semantics, quirks included).
+        ("Pétain", "P[eé]tain", False),
+        ("Sněžka", "Sn.žka", False),  # "." is one code point; ě is two after NFD
+        ("Sněžka", "Sn..žka", True),
+        ("Kösen", "kösen|kosen", True),
+        ("Marshal Pétain", "Pétain", False),  # match, not search: from the prediction's start
+    ],
+)
+def test_exact_match_regex_is_drqas_with_diacritics(prediction, pattern, expected):
+    assert _drqa_regex_em(prediction, [pattern]) is expected
+    assert exact_match(prediction, [pattern], "regex") is expected
 
 
 # ---- loss by hand
@@ -392,6 +435,104 @@ def test_a_sample_of_questions_is_scored_and_read_the_same_way(files, tmp_path, 
                  "--run", str(files["run"]), "--questions", str(files["questions"]),
                  "--out", str(tmp_path / "b.parquet"), "--metrics", str(tmp_path / "b.json"),
                  "--cfg", json.dumps({"k": 2, "sample": 3, "seed": 6})]) == 2  # fmt: skip
+
+
+# ---- the k view (Table 4 beside: EM at several k, the selection head's accuracy)
+
+
+def _score_row(qid: str, pid: int, select: float, answer: str) -> dict:
+    return {"qid": qid, "pid": pid, "select": select, "span_score": 0.0, "answer": answer}
+
+
+def test_k_view_by_hand():
+    # Two questions, three passages each (retrieval order), selection scores by hand.
+    texts = {1: "Paris is in France.", 2: "Lyon is big.", 3: "Paris again.", 4: "Rome.",
+             5: "Berlin is in Germany.", 6: "Bonn."}  # fmt: skip
+    questions = [q("a", ["Paris"]), q("b", ["Berlin"])]
+    run = {"a": [2, 1, 3], "b": [4, 6, 5]}
+    scores = {(r["qid"], r["pid"]): r for r in [
+        # a: rank 1 has no answer; the head prefers rank 2 (answer-bearing, right span)
+        _score_row("a", 2, 0.1, "Lyon"), _score_row("a", 1, 0.9, "Paris"),
+        _score_row("a", 3, 0.5, "again"),
+        # b: the answer is at rank 3, but the head picks rank 2 (no answer)
+        _score_row("b", 4, 0.2, "Rome"), _score_row("b", 6, 0.8, "Bonn"),
+        _score_row("b", 5, 0.3, "Berlin"),
+    ]}  # fmt: skip
+    view = k_view(run, scores, questions, AnswerMatcher(texts), [1, 2, 3])
+    assert view["n_questions"] == 2 and view["top1_has_answer"] == 0.0
+    by_k = {r["k"]: r for r in view["by_k"]}
+    assert by_k[1] == {"k": 1, "em": 0.0, "em_any": 0.0, "selected_has_answer": 0.0,
+                       "topk_has_answer": 0.0, "random_has_answer": 0.0,
+                       "em_given_selected_answer": None,
+                       "selected_not_top1": 0.0}  # fmt: skip
+    assert by_k[2] == {"k": 2, "em": 50.0, "em_any": 50.0, "selected_has_answer": 50.0,
+                       "topk_has_answer": 50.0, "random_has_answer": 25.0,
+                       "em_given_selected_answer": 100.0,
+                       "selected_not_top1": 100.0}  # fmt: skip
+    # k = 3: b's answer passage is in reach (top-k and any-span rise) but not selected.
+    assert by_k[3] == {"k": 3, "em": 50.0, "em_any": 100.0, "selected_has_answer": 50.0,
+                       "topk_has_answer": 100.0, "random_has_answer": 50.0,
+                       "em_given_selected_answer": 100.0,
+                       "selected_not_top1": 100.0}  # fmt: skip
+    # A pair of the top k without a score is an error naming it, never a silent miss.
+    del scores[("b", 5)]
+    with pytest.raises(KeyError, match="'b', passage 5"):
+        k_view(run, scores, questions, AnswerMatcher(texts), [1, 3])
+
+
+def test_k_view_cli_on_a_subsample_reuses_table4_scores_and_choose_k_refuses_test(
+    files, tmp_path, reader
+):
+    reader.save(tmp_path / "reader")
+    common = ["--questions", str(files["questions"]), "--passages", str(files["passages"]),
+              "--runs", str(files["run"])]  # fmt: skip
+    sample = {"sample": 5, "seed": 5}
+    assert main(["reader", "score", "--reader", str(tmp_path / "reader"), *common,
+                 "--out", str(tmp_path / "s.parquet"),
+                 "--cfg", json.dumps({"depth": 2, "precision": "fp32", **sample})]) == 0  # fmt: skip
+    # The view: 3 of those 5 questions, to depth 4, reusing the depth-2 pairs.
+    view_cfg = {**sample, "subsample": 3}
+    chosen = sample_questions(QUESTIONS, view_cfg)
+    five = sample_questions(QUESTIONS, sample)
+    assert len(chosen) == 3 and {x["qid"] for x in chosen} <= {x["qid"] for x in five}
+    assert main(["reader", "score", "--reader", str(tmp_path / "reader"), *common,
+                 "--out", str(tmp_path / "v.parquet"), "--cache", str(tmp_path / "s.parquet"),
+                 "--report", str(tmp_path / "v.json"),
+                 "--cfg", json.dumps({"depth": 4, "precision": "fp32", **view_cfg})]) == 0  # fmt: skip
+    report = json.loads((tmp_path / "v.json").read_text())
+    assert report["questions"] == 3 and report["reused_from_cache"] == 3 * 2
+    assert report["computed"] == 3 * 2
+    (tmp_path / "k.json").write_text(json.dumps({"k": 2}))
+    view = ["reader", "k-view", "--scores", str(tmp_path / "v.parquet"), "--run",
+            str(files["run"]), "--questions", str(files["questions"]), "--passages",
+            str(files["passages"]), "--k-from", str(tmp_path / "k.json")]  # fmt: skip
+    out = tmp_path / "view.json"
+    cfg = {"ks": [1, 4], "method": "bm25", "split": "test", **view_cfg}
+    assert main([*view, "--out", str(out), "--cfg", json.dumps(cfg)]) == 0
+    got = json.loads(out.read_text())
+    assert got["chosen_k"] == 2 and [r["k"] for r in got["by_k"]] == [1, 2, 4]
+    assert got["n_questions"] == 3 and got["method"] == "bm25" and got["subsample"] == 3
+    assert got["reader_precision"] == "fp32"
+    # EM at the chosen k equals `reader predict`'s over the same questions.
+    assert main(["reader", "predict", "--scores", str(tmp_path / "v.parquet"),
+                 "--run", str(files["run"]), "--questions", str(files["questions"]),
+                 "--out", str(tmp_path / "a.parquet"), "--metrics", str(tmp_path / "m.json"),
+                 "--cfg", json.dumps({"k": 2, **view_cfg})]) == 0  # fmt: skip
+    em2 = json.loads((tmp_path / "m.json").read_text())["em"]
+    assert got["by_k"][1]["em"] == pytest.approx(em2)
+    # Table 4's own scores stop at depth 2: a view to 4 over them is an error naming the file.
+    assert main([*view[:3], str(tmp_path / "s.parquet"), *view[4:], "--out",
+                 str(tmp_path / "bad.json"), "--cfg", json.dumps(cfg)]) == 2  # fmt: skip
+    # k is never chosen on the split the tables report, nor on a test split.
+    choose = ["reader", "choose-k", "--scores", str(tmp_path / "s.parquet"), "--run",
+              str(files["run"]), "--questions", str(files["questions"]),
+              "--out", str(tmp_path / "k2.json")]  # fmt: skip
+    for split, evaluated in (("test", "dev"), ("dev", "dev")):
+        bad = {"ks": [1, 2], "split": split, "evaluated_split": evaluated, **sample}
+        with pytest.raises(SystemExit, match="choose k on held-out or dev questions"):
+            main([*choose, "--cfg", json.dumps(bad)])
+    ok = {"ks": [1, 2], "split": "heldout", "evaluated_split": "test", **sample}
+    assert main([*choose, "--cfg", json.dumps(ok)]) == 0
 
 
 @pytest.mark.parametrize(

@@ -119,3 +119,46 @@ def test_squad_reader_has_no_warm_start_and_a_warm_start_there_stops_at_planning
                      overlay={"scale": "squad", "scales": {"squad": {"reader": {"warm_start": ws}}}})  # fmt: skip
     assert proc.returncode != 0
     assert "corpus.documents 'squad_train' takes all of them" in proc.stdout + proc.stderr
+
+
+def test_k_view_scores_its_rows_deeper_on_a_subsample_and_k_is_never_chosen_on_test(work):
+    proc = snakemake(work, "-n", "-p", "results/table4-k.csv")
+    planned = jobs(proc.stdout + proc.stderr)
+    by_rule: dict[str, list[dict]] = {}
+    for job in planned:
+        by_rule.setdefault(job["rule"], []).append(job)
+    # One deeper scoring per split of the shared reader: reader.k_view.runs on test, the run
+    # that chose k on held-out; each reuses Table 4's own scores of that split (--cache).
+    scoring = {j["output"]: j for j in by_rule["reader_k_view_score"]}
+    test = scoring["results/reader_k_view/bm25/none/squad-test.scores.parquet"]
+    heldout = scoring["results/reader_k_view/bm25/none/squad-heldout.scores.parquet"]
+    assert len(scoring) == 2
+    assert sorted(i for i in test["input"] if "/runs/" in i) == [
+        "results/runs/bm25/none/squad-test.parquet", "results/runs/dpr/squad/squad-test.parquet"
+    ]  # fmt: skip
+    assert "results/reader_scores/bm25/none/squad-test.parquet" in test["input"]
+    assert "results/reader_scores/bm25/none/squad-heldout.parquet" in heldout["input"]
+    for job in (test, heldout):
+        assert '"depth": 20' in job["cfg"] and '"sample": 500' in job["cfg"]
+        assert '"subsample": 200' in job["cfg"]
+    assert sorted(j["output"] for j in by_rule["reader_k_view"]) == [
+        "results/reader_k_view/bm25/none/squad-heldout.json",
+        "results/reader_k_view/bm25/none/squad-test.json",
+        "results/reader_k_view/dpr/squad/squad-test.json",
+    ]
+    assert all("results/answers/bm25/none/squad.k.json" in j["input"]
+               for j in by_rule["reader_k_view"])  # fmt: skip
+    assert len(by_rule["table4_k"]) == 1
+    # At the paper scale Table 4's scores reach k = 100: the view reads them, scoring nothing.
+    proc = snakemake(work, "-n", "-p", "results/table4-k.csv", overlay={"scale": "paper"})
+    planned = jobs(proc.stdout + proc.stderr)
+    views = [j for j in planned if j["rule"] == "reader_k_view"]
+    assert views and not [j for j in planned if j["rule"] == "reader_k_view_score"]
+    assert all(any(i.startswith("results/reader_scores/") for i in j["input"]) for j in views)
+    # Choosing k on the questions Table 4 reports stops the plan, named.
+    proc = snakemake(work, "-n", "results/table4.csv", check=False,
+                     overlay={"reader": {"k_split": "test"}})  # fmt: skip
+    assert proc.returncode != 0
+    assert "reader.k_split 'test' would choose k on the questions Table 4" in (
+        proc.stdout + proc.stderr
+    )

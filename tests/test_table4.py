@@ -158,3 +158,74 @@ def test_em_metrics_validation_names_file_and_key(tmp_path):
         metrics.read_em_metrics([path])
     with pytest.raises(ValueError, match="two metrics for Table 4 row"):
         table4.table4([em("dpr", "squad", 1.0)] * 2, "mini", ROW_MAP)
+
+
+# ---- the k view (results/table4-k.csv)
+
+K_SETUP = {
+    "ks": [1, 5, 20], "runs": ["bm25", "dpr"], "sample": 200, "depth": 20,
+    "reader_sample": 500, "reader_ks": [1, 2, 3], "k_split": "heldout", "k_per_row": False,
+    "mode": "shared", "evaluated_split": "test",
+}  # fmt: skip
+
+
+def view(method, train_set, split, chosen, ems, selected):
+    """A ``drpipe reader k-view`` file: EM and selected-has-answer per k of 1, 5, 20."""
+    by_k = [
+        {"k": k, "em": e, "em_any": e + 5.0, "selected_has_answer": s,
+         "topk_has_answer": s + 10.0, "random_has_answer": s / 2,
+         "em_given_selected_answer": 50.0,
+         "selected_not_top1": 0.0 if k == 1 else 40.0}
+        for k, e, s in zip((1, 5, 20), ems, selected, strict=True)
+    ]  # fmt: skip
+    return {"method": method, "train_set": train_set, "dataset": "squad", "split": split,
+            "reader": "bm25/none", "reader_precision": "bf16", "n_questions": 200,
+            "chosen_k": chosen, "top1_has_answer": selected[0], "by_k": by_k}  # fmt: skip
+
+
+def test_table4_k_lines_per_k_beside_the_chosen_k(tmp_path):
+    views = [
+        view("bm25", "none", "heldout", 1, (7.0, 5.0, 3.5), (30.0, 28.0, 20.0)),
+        view("dpr", "squad", "test", 1, (4.5, 4.0, 2.0), (25.0, 22.5, 15.0)),
+        view("bm25", "none", "test", 1, (6.0, 5.5, 3.0), (31.0, 30.0, 21.0)),
+    ]
+    out, md = tmp_path / "k.csv", tmp_path / "k.md"
+    cfg = {"scale": "mini", "row_map": ROW_MAP, "setup": K_SETUP,
+           "train_sets": {"squad": ["squad"]}}  # fmt: skip
+    argv = ["tables", "table4-k", "--views", *write(tmp_path, views), "--out", str(out)]
+    assert run_cli([*argv, "--md", str(md), "--cfg", json.dumps(cfg)]) == 0
+    frame = pd.read_csv(out)
+    # The evaluated split first (Table 2's row order), then the held-out run that chose k.
+    assert list(zip(frame["method"], frame["split"], frame["k"], strict=True)) == [
+        ("BM25", "test", 1), ("BM25", "test", 5), ("BM25", "test", 20),
+        ("DPR", "test", 1), ("DPR", "test", 5), ("DPR", "test", 20),
+        ("BM25", "heldout", 1), ("BM25", "heldout", 5), ("BM25", "heldout", 20),
+    ]  # fmt: skip
+    assert frame["is_chosen_k"].tolist() == [True, False, False] * 3
+    dpr = frame[(frame["method"] == "DPR")].set_index("k")
+    assert dpr.loc[20, "em"] == 2.0 and dpr.loc[5, "selected_has_answer"] == 22.5
+    assert dpr.loc[20, "top1_has_answer"] == 25.0 and dpr.loc[1, "training"] == "Single"
+    assert set(frame["source"]) == {table4.K_SOURCE}
+    text = md.read_text()
+    assert text.startswith("# DPR Table 4 beside it: exact match at several k")
+    assert "| None | BM25 | standard | none | squad (test, n=200) | 1* | 6.00 |" in text
+    assert "a seeded sample of 200 questions of the 500 Table 4 reads" in text
+    assert "k was chosen among [1, 2, 3] (the larger k there are shown, not chosen)" in text
+    assert ("- DPR (Single, standard, squad), squad test, chosen k = 1: k = 1 -> 20: EM 4.5 -> "
+            "2.0; selected passage has an answer 25.0 -> 15.0 (retrieval order's top 1: 25.0); "
+            "some top-k passage has one 35.0 -> 25.0 (a random pick: 12.5 -> 7.5)"
+            ) in text  # fmt: skip
+
+
+def test_table4_k_inputs_are_checked_and_an_empty_view_is_named(tmp_path):
+    bad = view("dpr", "squad", "test", 1, (1.0, 1.0, 1.0), (1.0, 1.0, 1.0))
+    del bad["by_k"][1]["selected_has_answer"]
+    with pytest.raises(InputError, match=r"v\.json, by_k\[1\]: missing \['selected_has_answer'\]"):
+        table4.check_k_view(bad, "v.json")
+    del bad["chosen_k"]
+    with pytest.raises(InputError, match=r"v\.json, chosen_k: missing key"):
+        table4.check_k_view(bad, "v.json")
+    cfg = {"scale": "mini", "row_map": ROW_MAP, "setup": K_SETUP}
+    with pytest.raises(SystemExit, match="reader.k_view is null"):
+        run_cli(["tables", "table4-k", "--out", str(tmp_path / "k.csv"), "--cfg",
+                 json.dumps(cfg)])  # fmt: skip

@@ -230,7 +230,7 @@ def claims_over_seeds(
         found: dict[int, dict] = {}
         for seed in seeds:
             e = entry if seed == main_seed else seeded_entry(entry, seed, trained)
-            got = paired_outcomes(claim, e, results)
+            got = paired_outcomes(claim, e, results, "results/claims-seeds.csv")
             if "reason" in got:
                 row["reason"] = f"seed {seed}: {got['reason']}"
                 break

@@ -99,9 +99,9 @@ rule reader_score:
 
 rule reader_choose_k:
     input:
-        scores=lambda w: reader_scores(w.run, w.train_set, w.dataset, RC["k_split"]),
-        run=lambda w: f"results/runs/{w.run}/{w.train_set}/{w.dataset}-{RC['k_split']}.parquet",
-        questions=lambda w: f"results/qa/{w.dataset}/{RC['k_split']}.parquet",
+        scores=lambda w: reader_scores(w.run, w.train_set, w.dataset, reader_k_split()),
+        run=lambda w: f"results/runs/{w.run}/{w.train_set}/{w.dataset}-{reader_k_split()}.parquet",
+        questions=lambda w: f"results/qa/{w.dataset}/{reader_k_split()}.parquet",
     output:
         "results/answers/{run}/{train_set}/{dataset}.k.json",
     log:
@@ -113,7 +113,15 @@ rule reader_choose_k:
     conda:
         env()
     params:
-        cfg=cfg_json({"ks": RC["ks"], **reader_sample(RC["k_split"])}),
+        # The split names let choose-k refuse test questions itself (reader_k_split: the plan).
+        cfg=cfg_json(
+            {
+                "ks": RC["ks"],
+                "split": reader_k_split(),
+                "evaluated_split": C["tables"]["split"],
+                **reader_sample(reader_k_split()),
+            }
+        ),
         code=code("drpipe.reader"),
     shell:
         "drpipe reader choose-k --scores {input.scores:q} --run {input.run:q}"
@@ -212,3 +220,118 @@ rule reader_warm_start:
         " --passages {input.passages:q} --gold {input.gold:q} --out {output.reader:q}"
         " --report {output.report:q} --cfg {params.cfg:q} {params.opts}"
         " --threads {threads} --nproc {resources.gpu} 2> {log:q}"
+
+
+# Table 4's k view (issue 43; reader.k_view): per row, EM at several k beside the chosen k and
+# the selection head's accuracy (is the selected passage answer-bearing?) against retrieval
+# order, on reader.k_view.sample of Table 4's questions, for the rows of reader.k_view.runs
+# (test) and the run that chose their k (held-out). Nothing is chosen here. Where Table 4's
+# scores reach the view's depth (paper scale: k up to 100) they are read as they are; else
+# the view's deeper scores reuse every pair Table 4 scored (--cache).
+rule reader_k_view_score:
+    input:
+        reader=lambda w: reader_dir(w.rrun, w.rts, w.dataset),
+        questions="results/qa/{dataset}/{split}.parquet",
+        passages="results/corpus/passages.parquet",
+        runs=lambda w: [
+            f"results/runs/{r}/{ts}/{w.dataset}-{w.split}.parquet"
+            for r, ts in k_view_scored_rows(w.rrun, w.rts, w.dataset, w.split)
+        ],
+        cache="results/reader_scores/{rrun}/{rts}/{dataset}-{split}.parquet",
+    output:
+        scores=f"{K_VIEW}/{{rrun}}/{{rts}}/{{dataset}}-{{split}}.scores.parquet",
+        report=f"{K_VIEW}/{{rrun}}/{{rts}}/{{dataset}}-{{split}}.scores.report.json",
+    log:
+        "results/logs/reader_k_view_score/{rrun}/{rts}/{dataset}-{split}.log",
+    benchmark:
+        "results/benchmarks/rules/reader_k_view_score/{rrun}/{rts}/{dataset}-{split}.tsv"
+    wildcard_constraints:
+        rrun=ANY_RUN,
+        rts="[A-Za-z0-9_]+",
+    conda:
+        env(gpu=True)
+    threads: C["threads"]
+    resources:
+        gpu=lambda w: gpus(1),
+    params:
+        reader=lambda w, input: input.reader[0] if input.reader else RC["released"],
+        cfg=lambda w: cfg_json(
+            {"depth": k_view_depth(), **precision_cfg(RC), **k_view_sample(w.split)}
+        ),
+        opts=runtime(lambda w: options({"eval_batch_size": RC["eval_batch_size"]})),
+        code=code("drpipe.reader"),
+    shell:
+        "drpipe reader score --reader {params.reader:q} --questions {input.questions:q}"
+        " --passages {input.passages:q} --runs {input.runs:q} --cache {input.cache:q}"
+        " --out {output.scores:q} --report {output.report:q} --cfg {params.cfg:q}"
+        " {params.opts} --threads {threads} 2> {log:q}"
+
+
+rule reader_k_view:
+    input:
+        scores=lambda w: k_view_scores(w.run, w.train_set, w.dataset, w.split),
+        run="results/runs/{run}/{train_set}/{dataset}-{split}.parquet",
+        questions="results/qa/{dataset}/{split}.parquet",
+        passages="results/corpus/passages.parquet",
+        k=lambda w: reader_k_file(w.run, w.train_set, w.dataset),
+    output:
+        f"{K_VIEW}/{{run}}/{{train_set}}/{{dataset}}-{{split}}.json",
+    log:
+        "results/logs/reader_k_view/{run}/{train_set}/{dataset}-{split}.log",
+    benchmark:
+        "results/benchmarks/rules/reader_k_view/{run}/{train_set}/{dataset}-{split}.tsv"
+    wildcard_constraints:
+        run=ANY_RUN,
+    conda:
+        env()
+    params:
+        cfg=lambda w: cfg_json(
+            {
+                "ks": RC["k_view"]["ks"],
+                "method": w.run,
+                "train_set": w.train_set,
+                "dataset": w.dataset,
+                "split": w.split,
+                "reader": "/".join(reader_of(w.run, w.train_set)),
+                **k_view_sample(w.split),
+            }
+        ),
+        code=code("drpipe.reader"),
+    shell:
+        "drpipe reader k-view --scores {input.scores:q} --run {input.run:q}"
+        " --questions {input.questions:q} --passages {input.passages:q}"
+        " --k-from {input.k:q} --out {output:q} --cfg {params.cfg:q} 2> {log:q}"
+
+
+# Table 4's k view as a table beside results/table4.csv (not part of `all`:
+# `make run TARGET=results/table4-k.csv`).
+rule table4_k:
+    input:
+        table4_k_inputs(),
+    output:
+        csv=report(
+            "results/table4-k.csv",
+            caption="../report/table_csv.rst",
+            category="Tables",
+            subcategory="CSV",
+        ),
+        md="results/table4-k.md",
+    log:
+        "results/logs/tables/table4-k.log",
+    benchmark:
+        "results/benchmarks/rules/tables/table4-k.tsv"
+    conda:
+        env()
+    params:
+        cfg=cfg_json(
+            {
+                **SCALE_CFG,
+                "row_map": table4_row_map(),
+                "train_sets": C["train_sets"],
+                "setup": table4_k_setup() if RC.get("k_view") else {},
+            }
+        ),
+        code=table4_code(),
+    shell:
+        "drpipe tables table4-k --views {input:q} --out {output.csv:q} --md {output.md:q}"
+        " --cfg {params.cfg:q} 2> {log:q}"

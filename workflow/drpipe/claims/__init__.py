@@ -350,11 +350,13 @@ def claim_row(claim: dict, entry: dict) -> dict[str, Any]:
     }
 
 
-def paired_outcomes(claim: dict, entry: dict, results: str | Path) -> dict[str, Any]:
+def paired_outcomes(
+    claim: dict, entry: dict, results: str | Path, target: str = "results/claims.csv"
+) -> dict[str, Any]:
     """The per-question outcomes a claim compares: ``hits_a``, ``hits_b`` (bool Series by qid,
     on the questions both runs answered), ``values`` (the per-question differences the test
     reads, a - b, minus the contrast's) and ``notes``; or ``{"reason": ...}`` when it cannot be
-    tested."""
+    tested (a missing file's names the ``target`` that builds it)."""
     if entry["reason"]:
         return {"reason": entry["reason"]}
     scope, metric = entry["scope"], claim["metric"]
@@ -365,8 +367,7 @@ def paired_outcomes(claim: dict, entry: dict, results: str | Path) -> dict[str, 
     missing = [os.path.relpath(f, Path(results).parent) for f in files if not f.is_file()]
     if missing:
         return {
-            "reason": f"not in the results: {', '.join(missing)} "
-            "(snakemake results/claims.csv builds them)"
+            "reason": f"not in the results: {', '.join(missing)} (snakemake {target} builds them)"
         }
     read = read_em if metric == EM else read_ranks
     ra, rb = (read(f) for f in files)

@@ -8,6 +8,8 @@
     drpipe reader choose-k --scores S --run R --questions Q --out K.json --cfg '{"ks": [...]}'
     drpipe reader predict --scores S --run R --questions Q --out A.parquet --metrics M.json
                           (--k-from K.json | --cfg '{"k": K}')
+    drpipe reader k-view  --scores S --run R --questions Q --passages P --k-from K.json
+                          --out J.json --cfg '{"ks": [1, 5, 20, 50]}'
 
 ``score`` reads the union of the runs' top ``depth`` pairs once (the cache of pairs every
 retriever shares); ``--cache``: an earlier scores file of the same reader, whose pairs are
@@ -197,6 +199,13 @@ def _predict_checked(run, scores, questions, k, where):
 def _choose_k(args: argparse.Namespace) -> int:
     from drpipe.reader.score import exact_match_percent
 
+    split, evaluated = args.cfg.get("split"), args.cfg.get("evaluated_split")
+    # k is a setting: never chosen on the questions a table reports (DPR: on dev).
+    if split is not None and split in ("test", evaluated):
+        raise SystemExit(
+            f"error: drpipe reader choose-k: cfg.split {split!r} is the evaluated (or a test) "
+            f"split (evaluated: {evaluated!r}); choose k on held-out or dev questions"
+        )
     ks = sorted({int(k) for k in need(args.cfg, "ks")})
     questions, run, scores = _read_inputs(args, max(ks))
     em = {}
@@ -235,6 +244,40 @@ def _predict(args: argparse.Namespace) -> int:
     }
     write_json(args.metrics, metrics)
     log.info("%s: EM %.2f at k=%d over %d questions", args.run, metrics["em"], k, len(rows))
+    return 0
+
+
+def _k_view(args: argparse.Namespace) -> int:
+    from drpipe.corpus.passages import load_passages
+    from drpipe.qa.matching import AnswerMatcher
+    from drpipe.reader.kview import k_view
+    from drpipe.reader.score import scores_precision
+
+    chosen = int(json.loads(Path(args.k_from).read_text())["k"])
+    ks = sorted({chosen, *(int(k) for k in need(args.cfg, "ks"))})
+    questions, run, scores = _read_inputs(args, ks[-1])
+    try:
+        passages = load_passages(args.passages, {p for pids in run.values() for p in pids})
+    except KeyError as exc:
+        raise InputError(args.run, None, f"run refers to unknown passages: {exc}") from None
+    matcher = AnswerMatcher({pid: text for pid, (_, text) in passages.items()})
+    try:
+        view = k_view(run, scores, questions, matcher, ks)
+    except KeyError as exc:
+        msg = f"{exc.args[0]} (score the run to depth >= {ks[-1]})"
+        raise InputError(args.scores, None, msg) from None
+    keys = ("method", "train_set", "dataset", "split", "reader", "sample", "subsample")
+    write_json(
+        args.out,
+        {
+            **{key: args.cfg[key] for key in keys if key in args.cfg},
+            "chosen_k": chosen,
+            "k_from": str(args.k_from),
+            "reader_precision": scores_precision(args.scores),
+            **view,
+        },
+    )
+    log.info("%s: EM by k %s", args.run, {r["k"]: r["em"] for r in view["by_k"]})
     return 0
 
 
@@ -300,3 +343,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k-from", help="JSON with the chosen k (drpipe reader choose-k)")
     add_cfg(p)
     p.set_defaults(func=_predict)
+
+    p = rs.add_parser("k-view", help="EM at several k and the selection head's accuracy "
+                      "(drpipe.reader.kview), beside the chosen k")  # fmt: skip
+    for name in ("scores", "run", "questions", "passages", "out"):
+        p.add_argument("--" + name, required=True)
+    p.add_argument("--k-from", required=True, help="JSON with the row's chosen k")
+    add_cfg(p)
+    p.set_defaults(func=_k_view)

@@ -68,9 +68,13 @@ def limits(cfg: dict[str, Any]) -> dict[str, int]:
 
 def sample_questions(questions: list[dict], cfg: dict[str, Any]) -> list[dict]:
     """``cfg["sample"]`` questions drawn with ``cfg["seed"]``, in file order (all when the
-    cfg names no sample or the file has no more): the same draw in scoring and predicting."""
-    n = cfg.get("sample")
-    if not n or n >= len(questions):
-        return questions
-    chosen = sorted(random.Random(int(need(cfg, "seed"))).sample(range(len(questions)), int(n)))
-    return [questions[i] for i in chosen]
+    cfg names no sample or the file has no more): the same draw in scoring and predicting.
+    ``cfg["subsample"]``: then as many of those, drawn with the same seed (Table 4's k view
+    reads a subset of the questions Table 4 reads)."""
+    out = questions
+    for key in ("sample", "subsample"):
+        n = cfg.get(key)
+        if n and n < len(out):
+            rng = random.Random(int(need(cfg, "seed")))
+            out = [out[i] for i in sorted(rng.sample(range(len(out)), int(n)))]
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from drpipe.errors import ConfigError
 from drpipe.papers import paper
 
 
@@ -19,12 +20,27 @@ class ReaderPlan:
 
     WARM_START_READER = "results/readers/warm_start"
 
+    K_VIEW = "results/reader_k_view"
+
     @cached_property
     def RC(self):
         return self.C["reader"]
 
+    def reader_k_split(self):
+        """reader.k_split, refused when it is the split the tables report or a test split: k
+        is a setting, chosen on held-out or dev questions, never on test ones."""
+        split, evaluated = self.RC["k_split"], self.C["tables"]["split"]
+        if split in ("test", evaluated):
+            raise ConfigError(
+                f"config: reader.k_split '{split}' would choose k on the questions Table 4 "
+                f"reports (tables.split '{evaluated}') or on a test split; name held-out or "
+                "dev questions (mini: heldout; paper: dev)"
+            )
+        return split
+
     def table4_rows(self):
         """(run, train_set, dataset) of every Table 4 cell: Table 2's rows on reader.datasets."""
+        self.reader_k_split()  # a k chosen on test stops every Table 4 plan
         return [(r, ts, d) for r, ts, d, _, _ in self.table2_runs() if d in self.RC["datasets"]]
 
     def reader_of(self, run, train_set):
@@ -54,7 +70,7 @@ class ReaderPlan:
         """The runs a reader scores on a split: every row it reads on the evaluated split; on the
         split k is chosen on, only the rows that choose k."""
         rows = self.reader_rows(rrun, rts, dataset)
-        if split == self.RC["k_split"]:
+        if split == self.reader_k_split():
             return sorted({self.k_row(r, ts) for r, ts in rows})
         return rows
 
@@ -65,7 +81,7 @@ class ReaderPlan:
     def reader_sample(self, split):
         """The seeded sample of a split's questions the reader reads (reader.sample): on the
         evaluated split and on the split k is chosen on."""
-        if split not in (self.C["tables"]["split"], self.RC["k_split"]) or not self.RC["sample"]:
+        if split not in (self.C["tables"]["split"], self.reader_k_split()) or not self.RC["sample"]:
             return {}
         return {"sample": self.RC["sample"], "seed": self.C["seed"]}
 
@@ -125,6 +141,61 @@ class ReaderPlan:
         """Code hash of Table 4: its module and the papers whose numbers sit beside its rows."""
         keys = {v["paper"] for v in self.table4_row_map().values() if v["paper"]}
         return self.code("drpipe.papers.table4", *(paper(k).module for k in sorted(keys)))
+
+    # Table 4's k view (reader.k_view): EM at several k and the selection head's accuracy.
+    def k_view_rows(self):
+        """(run, train_set, dataset, split) the view reads: the rows of reader.k_view.runs (all
+        when null) on the evaluated split, and the rows whose held-out run chose their k, on
+        the split k is chosen on."""
+        view = self.RC.get("k_view")
+        if not view:
+            return []
+        runs = view.get("runs")
+        rows = [(r, ts, d) for r, ts, d in self.table4_rows() if runs is None or r in runs]
+        split = self.C["tables"]["split"]
+        out = [(r, ts, d, split) for r, ts, d in rows]
+        out += sorted({(*self.k_row(r, ts), d, self.reader_k_split()) for r, ts, d in rows})
+        return out
+
+    def k_view_depth(self):
+        """Passages scored per question: the view's largest k, and any k the rows choose."""
+        return max(*self.RC["k_view"]["ks"], *self.RC["ks"])
+
+    def k_view_sample(self, split):
+        """The view's questions: reader.k_view.sample of those the reader reads on the split
+        (drpipe.reader.settings.sample_questions: a subset of Table 4's questions)."""
+        n = self.RC["k_view"].get("sample")
+        return {**self.reader_sample(split), **({"subsample": n, "seed": self.C["seed"]}
+                                                if n else {})}  # fmt: skip
+
+    def k_view_scores(self, run, train_set, dataset, split):
+        """Table 4's own scores when they reach the view's depth (paper scale: k up to 100),
+        else the view's scores file of the row's reader on that split."""
+        if self.k_view_depth() <= max(self.RC["ks"]):
+            return self.reader_scores(run, train_set, dataset, split)
+        rrun, rts = self.reader_of(run, train_set)
+        return f"{self.K_VIEW}/{rrun}/{rts}/{dataset}-{split}.scores.parquet"
+
+    def k_view_scored_rows(self, rrun, rts, dataset, split):
+        """The view's rows one reader scores on a dataset's split."""
+        return [
+            (r, ts) for r, ts, d, s in self.k_view_rows()
+            if d == dataset and s == split and self.reader_of(r, ts) == (rrun, rts)
+        ]  # fmt: skip
+
+    def table4_k_inputs(self):
+        return [f"{self.K_VIEW}/{r}/{ts}/{d}-{s}.json" for r, ts, d, s in self.k_view_rows()]
+
+    def table4_k_setup(self):
+        """What the k view's notes say: the view's settings and Table 4's k choice."""
+        view = self.RC["k_view"]
+        return {
+            "ks": view["ks"], "runs": view.get("runs"), "sample": view.get("sample"),
+            "depth": self.k_view_depth(), "reader_sample": self.RC["sample"],
+            "reader_ks": self.RC["ks"], "k_split": self.reader_k_split(),
+            "k_per_row": self.RC["k_per_row"], "mode": self.reader_mode(),
+            "evaluated_split": self.C["tables"]["split"],
+        }  # fmt: skip
 
     def reader_mode(self):
         if self.RC["released"]:
