@@ -24,10 +24,10 @@ from drpipe.index import DenseIndex, build_index, estimate_memory, merged_cfg
 from drpipe.io import write_parquet
 from drpipe.vectors import ids_path_for, open_shards
 
-N_PASSAGES = 2000
+N_PASSAGES = 1000
 N_QUERIES = 100
 HNSW_DPR = {"m": 512, "ef_construction": 200, "ef_search": 128}
-IVFPQ = {"nlist": 32, "m": 16, "nbits": 8, "train_size": 2000, "nprobe": 8}
+IVFPQ = {"nlist": 32, "m": 16, "nbits": 8, "train_size": 1000, "nprobe": 8}
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def shuffled(real, tmp_path_factory):
     """The real vectors in a seeded random row order over 3 shards (row position != pid - 1)."""
     perm = np.random.default_rng(5).permutation(len(real["ids"]))
     d = tmp_path_factory.mktemp("shuffled")
-    paths = write_shards(d, real["vecs"][perm], real["ids"][perm], [0, 700, 1300, len(perm)])
+    paths = write_shards(d, real["vecs"][perm], real["ids"][perm], [0, 350, 650, len(perm)])
     return paths
 
 

@@ -183,7 +183,7 @@ RESULT_CHANGE = {
         {"aopt": {**OVERLAY["aopt"], "epochs_per_round": 2}},
         {"aopt_passage_round", "aopt_query_round"},
         AOPT_RULES - {"aopt_linear", "aopt_grid", "aopt_figure6"}
-        | {"table2", "table2_curves", "provenance", "all"},
+        | {"export_trec", "table2", "table2_curves", "provenance", "all"},
     ),
     "tables.split (same data, renamed tables)": (
         {"tables": {**OVERLAY["tables"], "datasets": ["squad"], "single": {"squad": "squad"}}},

@@ -26,6 +26,12 @@ class ReaderPlan:
     def RC(self):
         return self.C["reader"]
 
+    def check(self):
+        """k chosen on the reported questions is refused at load, before any job runs."""
+        super().check()
+        if self.C["reader"]["datasets"]:
+            self.reader_k_split()
+
     def reader_k_split(self):
         """reader.k_split, refused when it is the split the tables report or a test split: k
         is a setting, chosen on held-out or dev questions, never on test ones."""
