@@ -10,6 +10,7 @@ from functools import cached_property
 
 from drpipe.config import ConfigError, seeded
 from drpipe.plan.base import PlanBase
+from drpipe.seeds import trained_run
 
 SEEDS_OUTPUTS = {
     "table": "results/table2-seeds.csv",
@@ -50,17 +51,13 @@ class SeedsPlan(PlanBase):
         """``run`` under ``seed``: the run itself under the config's seed, else its replica."""
         return run if int(seed) == self.SEEDS[0] else seeded(run, seed)
 
-    def _trained(self, run):
-        dense = run[: -len("+bm25")] if run.endswith("+bm25") else run
-        return re.fullmatch(self.SEED_TRAINED, dense) is not None
-
     def seeds_rows(self):
         """Table 2's trained rows (dense and hybrid), as ``drpipe seeds table`` reads them."""
         split = self.C["tables"]["split"]
         return [
             {"run": run, "train_set": ts, "dataset": ds, "split": split, "label": label}
             for run, ts, ds, _, label in self.table2_runs()
-            if self._trained(run)
+            if trained_run(run, self.SEED_TRAINED)
         ]
 
     def seeds_table_inputs(self):
