@@ -23,7 +23,8 @@ the commands read ``SLURM_CONF`` (``LocalCluster.env()``).
 
 One cluster per machine: ``up`` takes ``<dir>.lock`` (fcntl) while it checks and starts, and
 refuses when a recorded cluster is still alive. ``down`` cancels every job, sends TERM to each
-recorded PID, KILL after a timeout, and removes what ``up`` wrote.
+recorded PID, KILL after a timeout, kills what is left of the jobs' processes (found by their
+``SLURM_CONF``), and removes what ``up`` wrote.
 
 Command line: ``tests/slurm/local-cluster up|down|status|install``, or ``run -- COMMAND``
 (up, the command with ``SLURM_CONF`` set, down even if it fails); ``--accounting`` with ``up``,
@@ -42,7 +43,7 @@ import stat
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -179,6 +180,8 @@ StorageLoc=slurm_acct_db
 @dataclass
 class LocalCluster:
     root: Path = field(default_factory=default_dir)
+    # pid -> command of the jobs' processes the last ``down`` found alive and killed.
+    leftovers: dict[int, str] = field(default_factory=dict)
 
     @property
     def conf(self) -> Path:
@@ -388,7 +391,8 @@ class LocalCluster:
                        timeout, f"node {NODE}")  # fmt: skip
 
     def down(self, timeout: float = 15.0) -> float:
-        """Cancel every job, stop the daemons (TERM, then KILL), remove the folder."""
+        """Cancel every job, stop the daemons (TERM, then KILL), kill the jobs' leftover
+        processes, remove the folder."""
         start = time.perf_counter()
         with self._lock():
             state = self.recorded()
@@ -408,12 +412,41 @@ class LocalCluster:
             pid = pids.get(name)
             if pid and _alive(pid):
                 _terminate(pid, timeout)
+        # A job cancelled just before slurmd stops gets TERM but never the KILL that follows
+        # (KillWait later): a Snakemake job step caught in its shutdown was left asleep.
+        self.leftovers = self.job_processes()
+        _terminate_all(list(self.leftovers), min(timeout, 5.0))
         # slurmd's link to its configless cache, where it points here.
         if CONF_LINK.is_symlink() and str(os.readlink(CONF_LINK)).startswith(str(self.root)):
             CONF_LINK.unlink()
         shutil.rmtree(self.root, ignore_errors=True)
 
     # ------------------------------------------------------------------ jobs
+
+    def job_processes(self) -> dict[int, str]:
+        """pid -> command of every process of this cluster's jobs: one whose environment
+        holds a job id and names this cluster's configuration (``SLURM_CONF`` under its
+        folder, as slurmd sets it for each job step; the daemons have no job id); this process
+        and its ancestors are not."""
+        mine, pid = set(), os.getpid()
+        while pid > 1:  # this process and its ancestors: `run --` passes SLURM_CONF down
+            mine.add(pid)
+            pid = _parent(pid)
+        found = {}
+        marker = f"SLURM_CONF={self.root}".encode()
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit() or int(proc.name) in mine:
+                continue
+            try:
+                env = (proc / "environ").read_bytes().split(b"\0")
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:  # gone, or not ours to read
+                continue
+            if any(v.startswith(marker) for v in env) and any(
+                v.startswith(b"SLURM_JOB_ID=") for v in env
+            ):
+                found[int(proc.name)] = cmd.decode(errors="replace")[:200]
+        return found
 
     def jobs(self) -> list[dict]:
         """Every job the controller remembers (MinJobAge keeps finished ones an hour)."""
@@ -429,6 +462,25 @@ class LocalCluster:
                     fields.setdefault(k, v)
             jobs.append(fields)
         return jobs
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat_line.rsplit(")", 1)[1].split()[1])
+
+
+def _terminate_all(pids: list[int], timeout: float) -> None:
+    """TERM each of ``pids`` (processes, not groups), KILL those alive after ``timeout``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
 
 
 def _terminate(pid: int, timeout: float) -> None:

@@ -154,6 +154,9 @@ def build_slurm_run(dpr_run: Path, where: Path, overlay: dict) -> Path:
             limit["waited_s"] = time.perf_counter() - start
             result["time_limit"] = limit
         result["cluster_down_s"] = cluster.down()
+        # Jobs' processes that outlived their daemons (killed by down), and any still alive.
+        result["leftovers_killed"] = cluster.leftovers
+        result["leftovers_after_down"] = cluster.job_processes()
         (where / "result.json").write_text(json.dumps(result, indent=1))
     return where
 

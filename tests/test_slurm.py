@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -204,7 +205,8 @@ def test_a_real_slurm_runs_the_tiny_dag_as_submitted_and_resumes_a_cancelled_tra
     assert result["returncode"] == 0, result["log"]
     work = real_slurm_run / "work"
     print(f"local SLURM up {result['cluster_up_s']:.1f} s, down {result['cluster_down_s']:.1f}"
-          f" s; the run through it {result['wall_s']:.0f} s")  # fmt: skip
+          f" s; the run through it {result['wall_s']:.0f} s; jobs' processes killed at down:"
+          f" {len(result['leftovers_killed'])}")  # fmt: skip
 
     jobs = json.loads((real_slurm_run / "jobs.json").read_text())
     rules = [rule_of(j["Comment"]) for j in jobs]
@@ -271,6 +273,8 @@ def test_the_local_cluster_is_torn_down_after_its_run(real_slurm_run):
              and "Z" not in Path(f"/proc/{pid}/stat").read_text().split(") ")[1][:1]}  # fmt: skip
     assert not alive, alive
     assert not LocalCluster().root.exists()
+    # Nor any process of a job: a job step cancelled as slurmd stopped once slept on, orphaned.
+    assert result["leftovers_after_down"] == {}, result["leftovers_after_down"]
 
 
 @pytest.mark.slow
@@ -372,3 +376,26 @@ def test_a_training_killed_at_its_time_limit_is_retried_with_the_same_limit_and_
               if hashlib.sha256((tiny_dpr_run / r).read_bytes()).hexdigest() != h]  # fmt: skip
     assert limit["hashes"] and not differ, differ
     assert all(r.startswith(model) for r in limit["hashes"])
+
+
+@pytest.mark.slow
+@pytest.mark.system_packages
+def test_down_kills_a_job_that_ignores_the_cancel(real_slurm_run):
+    """A job that shrugs off scancel's TERM (its KILL comes KillWait later, after slurmd has
+    stopped) does not outlive the cluster: down finds it by its SLURM_CONF and kills it.
+    After the builder's run (its fixture), which holds the machine's one cluster."""
+    _slurm(real_slurm_run)  # skips where SLURM cannot run
+    cluster = LocalCluster()
+    cluster.up()
+    try:
+        job = cluster.run("sbatch", "--parsable", "--partition=cpu", "--mem=100M",
+                          "--output=/dev/null", "--wrap", "trap '' TERM; sleep 300").stdout.strip()  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not cluster.job_processes() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        running = cluster.job_processes()
+        assert any("sleep 300" in cmd for cmd in running.values()), (job, running)
+    finally:
+        cluster.down()
+    assert any("sleep 300" in cmd for cmd in cluster.leftovers.values()), cluster.leftovers
+    assert cluster.job_processes() == {}
