@@ -132,13 +132,19 @@ squad: install
 # /etc/slurm) names, else to a single-node SLURM started on this machine for the run and
 # stopped after it (tests/slurm/local-cluster; root; its node advertises 8 GPUs), which checks
 # every rule's resource request against a real scheduler. Trainings get 1 GPU there (a
-# CPU box cannot run 8 torchrun ranks), SLURM_JOBS jobs at once.
+# CPU box cannot run 8 torchrun ranks), SLURM_JOBS jobs at once. On the local cluster the
+# jobs are seconds long and share this machine's cores: their status is checked every 2 s
+# (the plugin's 40 s before the first check and 10 s between would be most of the run) and
+# each runs on one thread, while SLURM still checks the CPUs the profile asks for.
 REHEARSAL_DIR ?= rehearsal
 PROFILE ?= default
-SLURM_JOBS ?= 2
+SLURM_JOBS ?= 4
 ifeq ($(PROFILE),slurm)
-REHEARSE_PROFILE = $(REHEARSAL_DIR)/slurm-profile --jobs $(SLURM_JOBS) --sdm env-modules
 LOCAL_SLURM = $(if $(shell sinfo -h 2>/dev/null),,tests/slurm/local-cluster run --)
+LOCAL_SLURM_ARGS = --slurm-init-seconds-before-status-checks 1 --seconds-between-status-checks 2 \
+	--max-threads 1
+REHEARSE_PROFILE = $(REHEARSAL_DIR)/slurm-profile --jobs $(SLURM_JOBS) --sdm env-modules \
+	$(if $(LOCAL_SLURM),$(LOCAL_SLURM_ARGS))
 else
 REHEARSE_PROFILE = profiles/$(PROFILE) --cores $(CORES)
 endif
