@@ -7,6 +7,14 @@
  * per thread, inherited by threads and forks and reset by execve, where LD_PRELOAD loads
  * this again.
  *
+ * A process that installs its own SIGSEGV handler (Python's faulthandler, which pytest
+ * enables; the JVM, which uses SIGSEGV for null checks and safepoints; a browser's crash
+ * reporter) would take CPUID's faults from this one and die at its next CPUID. So sigaction
+ * and signal are interposed for SIGSEGV, as the JVM's own libjsig does: the process's handler
+ * is kept as the one this handler passes every real fault to, and is what the process reads
+ * back, while this handler stays installed. A whole workflow (Snakemake, its Python jobs,
+ * Anserini's Java and pytest) then runs as the emulated kind.
+ *
  * CPUID_MASK kinds:
  *   avx512_vnni  AVX-512 with VNNI, no bf16, no AMX (Cascade Lake, Ice Lake server)
  *   avx512       AVX-512 without VNNI (Skylake server)
@@ -14,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include <asm/prctl.h>
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,15 +60,40 @@ static const struct mask MASKS[] = {
 };
 
 static const struct mask *active;
-static struct sigaction previous;
+/* The SIGSEGV handler the process asked for (SIG_DFL until it asks): every fault that is not a
+ * CPUID goes to it. */
+static struct sigaction chained;
+static int (*real_sigaction)(int, const struct sigaction *, struct sigaction *);
+
+static int install(int sig, const struct sigaction *act, struct sigaction *old) {
+  if (real_sigaction == NULL) real_sigaction = dlsym(RTLD_NEXT, "sigaction");
+  return real_sigaction(sig, act, old);
+}
+
+/* A fault that is not a CPUID: the process's own handler, or the default action (the
+ * instruction faults again once this returns, and the process dies as it would have). */
+static void pass_on(int sig, siginfo_t *info, void *context) {
+  if (chained.sa_flags & SA_SIGINFO) {
+    chained.sa_sigaction(sig, info, context);
+  } else if (chained.sa_handler != SIG_DFL && chained.sa_handler != SIG_IGN) {
+    chained.sa_handler(sig);
+  } else {
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    install(SIGSEGV, &dfl, NULL);
+  }
+}
 
 static void on_segv(int sig, siginfo_t *info, void *context) {
   ucontext_t *uc = context;
   greg_t *r = uc->uc_mcontext.gregs;
+  /* A faulting CPUID is a general-protection fault (SI_KERNEL); only then is RIP readable
+   * for certain (a jump to an unmapped address faults with RIP there). */
   const uint8_t *ip = (const uint8_t *)r[REG_RIP];
-  if (ip[0] != 0x0f || ip[1] != 0xa2) { /* not CPUID: a real fault, for whoever had it */
-    sigaction(SIGSEGV, &previous, NULL);
-    return; /* the instruction faults again, now under the previous handler */
+  if (info->si_code != SI_KERNEL || ip[0] != 0x0f || ip[1] != 0xa2) {
+    pass_on(sig, info, context);
+    return;
   }
   uint32_t a, b, c, d, leaf = (uint32_t)r[REG_RAX], sub = (uint32_t)r[REG_RCX];
   syscall(SYS_arch_prctl, ARCH_SET_CPUID, 1);
@@ -77,16 +111,37 @@ static void on_segv(int sig, siginfo_t *info, void *context) {
   r[REG_RCX] = c;
   r[REG_RDX] = d;
   r[REG_RIP] += 2;
-  (void)sig;
-  (void)info;
+}
+
+/* The process's SIGSEGV handler is recorded, not installed (see the top). */
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+  if (sig != SIGSEGV || active == NULL) return install(sig, act, old);
+  struct sigaction was = chained;
+  if (act != NULL) chained = *act;
+  if (old != NULL) *old = was;
+  return 0;
+}
+
+sighandler_t signal(int sig, sighandler_t handler) {
+  struct sigaction act, old;
+  memset(&act, 0, sizeof act);
+  act.sa_handler = handler;
+  act.sa_flags = SA_RESTART;
+  if (sig != SIGSEGV || active == NULL) {
+    if (install(sig, &act, &old) != 0) return SIG_ERR;
+  } else {
+    sigaction(sig, &act, &old);
+  }
+  return old.sa_handler; /* a union with sa_sigaction: whichever it was */
 }
 
 __attribute__((constructor)) static void start(void) {
   const char *kind = getenv("CPUID_MASK");
   if (kind == NULL || *kind == '\0') return;
+  const struct mask *found = NULL;
   for (size_t i = 0; i < sizeof MASKS / sizeof MASKS[0]; i++)
-    if (strcmp(kind, MASKS[i].kind) == 0) active = &MASKS[i];
-  if (active == NULL) {
+    if (strcmp(kind, MASKS[i].kind) == 0) found = &MASKS[i];
+  if (found == NULL) {
     fprintf(stderr, "cpuid_mask: unknown CPUID_MASK %s (avx512_vnni | avx512 | avx2)\n", kind);
     _exit(2);
   }
@@ -94,7 +149,8 @@ __attribute__((constructor)) static void start(void) {
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_segv;
   sa.sa_flags = SA_SIGINFO | SA_NODEFER;
-  sigaction(SIGSEGV, &sa, &previous);
+  install(SIGSEGV, &sa, &chained);
+  active = found;
   if (syscall(SYS_arch_prctl, ARCH_SET_CPUID, 0) != 0) {
     perror("cpuid_mask: arch_prctl(ARCH_SET_CPUID) (this CPU or kernel has no CPUID faulting)");
     _exit(2);

@@ -13,8 +13,9 @@ caches and clocks; the kernels run on this CPU. A ratio of two paths measured so
 over fp32) says which kernels are faster per core where the vector units are alike, not the
 other machine's passages/s; it is labelled emulated wherever it is reported.
 
-Emulate only the jobs being measured: a JVM (pyserini's BM25 jobs) installs its own SIGSEGV
-handler over this one, and its first CPUID would then end it.
+A whole run can be emulated (``emulate_cpu.py avx2 -- make test``): a process that installs its
+own SIGSEGV handler (pytest's faulthandler, Anserini's JVM) keeps CPUID answered, as the mask
+chains that handler behind its own (see ``cpuid_mask.c``).
 
 Needs Linux on x86-64 with CPUID faulting (``cpuid_fault`` in /proc/cpuinfo; most Intel CPUs
 since Ivy Bridge, and the VMs on them) and gcc; says so and exits 2 otherwise.
@@ -58,7 +59,9 @@ def library(build_dir: Path | None = None) -> Path:
     if not lib.exists():
         build_dir.mkdir(parents=True, exist_ok=True)
         tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp), str(SOURCE)], check=True)
+        subprocess.run(
+            ["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp), str(SOURCE), "-ldl"], check=True
+        )
         tmp.replace(lib)
     return lib
 

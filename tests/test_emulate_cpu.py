@@ -73,6 +73,25 @@ def test_a_real_segfault_is_not_swallowed(tmp_path):
     crash = "import ctypes; ctypes.string_at(0)"
     proc = run(["avx2", "--", sys.executable, "-c", crash], tmp_path)
     assert proc.returncode == 128 + 11  # SIGSEGV, as a shell reports it
+    # with the process's own handler (faulthandler): that handler gets the fault, then it dies
+    proc = run(["avx2", "--", sys.executable, "-X", "faulthandler", "-c", crash], tmp_path)
+    assert proc.returncode == 128 + 11
+    assert "Fatal Python error: Segmentation fault" in proc.stderr
+
+
+@needs_cpuid_faulting
+def test_a_process_with_its_own_segv_handler_keeps_the_emulated_kind(tmp_path):
+    """pytest enables faulthandler, the JVM installs its own SIGSEGV handler: a CPUID after
+    that (torch reads it lazily) must still be answered as the emulated kind, not end the
+    process, so that a whole run or test suite can be emulated."""
+    probe = (
+        "import faulthandler; faulthandler.enable()\n"
+        "import torch; x = torch.randn(64, 64); (x @ x).sum().item()\n"
+        "print(torch.backends.cpu.get_cpu_capability())"
+    )
+    proc = run(["avx2", "--", sys.executable, "-c", probe], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["AVX2"]
 
 
 def test_bad_arguments_say_how(tmp_path):
