@@ -426,8 +426,9 @@ class LocalCluster:
     def job_processes(self) -> dict[int, str]:
         """pid -> command of every process of this cluster's jobs: one whose environment
         holds a job id and names this cluster's configuration (``SLURM_CONF`` under its
-        folder, as slurmd sets it for each job step; the daemons have no job id); this process
-        and its ancestors are not."""
+        folder, as slurmd sets it for each job step; the daemons have no job id), and each job
+        step's ``slurmstepd``, which blanks its own environment but keeps slurmd's log (under
+        the folder) open; this process and its ancestors are not."""
         mine, pid = set(), os.getpid()
         while pid > 1:  # this process and its ancestors: `run --` passes SLURM_CONF down
             mine.add(pid)
@@ -442,11 +443,26 @@ class LocalCluster:
                 cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
             except OSError:  # gone, or not ours to read
                 continue
-            if any(v.startswith(marker) for v in env) and any(
+            a_step = any(v.startswith(marker) for v in env) and any(
                 v.startswith(b"SLURM_JOB_ID=") for v in env
-            ):
+            )
+            if a_step or cmd.startswith(b"slurmstepd") and self._holds_a_file_of_mine(proc):
                 found[int(proc.name)] = cmd.decode(errors="replace")[:200]
         return found
+
+    def _holds_a_file_of_mine(self, proc: Path) -> bool:
+        """Whether ``proc`` has a file under this cluster's folder open (deleted or not)."""
+        try:
+            fds = list((proc / "fd").iterdir())
+        except OSError:
+            return False
+        for fd in fds:
+            try:
+                if os.readlink(fd).startswith(f"{self.root}/"):
+                    return True
+            except OSError:
+                continue
+        return False
 
     def jobs(self) -> list[dict]:
         """Every job the controller remembers (MinJobAge keeps finished ones an hour)."""

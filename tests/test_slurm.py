@@ -340,7 +340,7 @@ def test_a_killed_snakemake_restarted_submits_nothing_beside_its_earlier_jobs(
 def test_a_training_killed_at_its_time_limit_is_retried_with_the_same_limit_and_resumes(
     real_slurm_run, tiny_dpr_run
 ):
-    """A training whose profile gives it one minute, run beside the main run: its first
+    """A training whose profile gives it two minutes, run beside the main run: its first
     attempt, stopped after its first checkpoint (standing for a longer training), is killed by
     slurmctld at its limit (TIMEOUT); Snakemake reports the state and resubmits it once
     (`retries: 1`) with the same limit; the retry resumes from the checkpoint and the weights
@@ -382,8 +382,10 @@ def test_a_training_killed_at_its_time_limit_is_retried_with_the_same_limit_and_
 @pytest.mark.system_packages
 def test_down_kills_a_job_that_ignores_the_cancel(real_slurm_run):
     """A job that shrugs off scancel's TERM (its KILL comes KillWait later, after slurmd has
-    stopped) does not outlive the cluster: down finds it by its SLURM_CONF and kills it.
-    After the builder's run (its fixture), which holds the machine's one cluster."""
+    stopped) does not outlive the cluster: down finds it by its SLURM_CONF and kills it, and
+    its slurmstepd (which blanks its environment) by the cluster's log it holds open; one was
+    left asleep before. After the builder's run (its fixture), which holds the machine's one
+    cluster."""
     _slurm(real_slurm_run)  # skips where SLURM cannot run
     cluster = LocalCluster()
     cluster.up()
@@ -391,11 +393,16 @@ def test_down_kills_a_job_that_ignores_the_cancel(real_slurm_run):
         job = cluster.run("sbatch", "--parsable", "--partition=cpu", "--mem=100M",
                           "--output=/dev/null", "--wrap", "trap '' TERM; sleep 300").stdout.strip()  # fmt: skip
         deadline = time.monotonic() + 30
-        while not cluster.job_processes() and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not any(
+            "sleep 300" in cmd for cmd in cluster.job_processes().values()
+        ):
             time.sleep(0.2)
         running = cluster.job_processes()
         assert any("sleep 300" in cmd for cmd in running.values()), (job, running)
     finally:
         cluster.down()
     assert any("sleep 300" in cmd for cmd in cluster.leftovers.values()), cluster.leftovers
+    assert any(cmd.startswith("slurmstepd") for cmd in cluster.leftovers.values()), (
+        cluster.leftovers
+    )
     assert cluster.job_processes() == {}
