@@ -123,16 +123,15 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
 }
 
 sighandler_t signal(int sig, sighandler_t handler) {
-  struct sigaction act, old;
-  memset(&act, 0, sizeof act);
-  act.sa_handler = handler;
-  act.sa_flags = SA_RESTART;
   if (sig != SIGSEGV || active == NULL) {
-    if (install(sig, &act, &old) != 0) return SIG_ERR;
-  } else {
-    sigaction(sig, &act, &old);
+    static sighandler_t (*real_signal)(int, sighandler_t);
+    if (real_signal == NULL) real_signal = dlsym(RTLD_NEXT, "signal");
+    return real_signal(sig, handler);
   }
-  return old.sa_handler; /* a union with sa_sigaction: whichever it was */
+  sighandler_t was = chained.sa_handler; /* a union with sa_sigaction: whichever it was */
+  memset(&chained, 0, sizeof chained);
+  chained.sa_handler = handler;
+  return was;
 }
 
 __attribute__((constructor)) static void start(void) {

@@ -109,10 +109,16 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     # A zombie child of this process is not alive (it only waits to be reaped).
+    state = _stat(pid)
+    return bool(state) and state[0] != "Z"
+
+
+def _stat(pid: int) -> list[str]:
+    """/proc/<pid>/stat's fields after the command name (state, parent, ...); [] if gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
 
 
 def slurm_conf(root: Path, ctld_port: int, slurmd_port: int, dbd_port: int | None = None) -> str:
@@ -481,11 +487,8 @@ class LocalCluster:
 
 
 def _parent(pid: int) -> int:
-    try:
-        stat_line = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    return int(stat_line.rsplit(")", 1)[1].split()[1])
+    state = _stat(pid)
+    return int(state[1]) if state else 0
 
 
 def _terminate_all(pids: list[int], timeout: float) -> None:
