@@ -229,3 +229,17 @@ def test_table4_k_inputs_are_checked_and_an_empty_view_is_named(tmp_path):
     with pytest.raises(SystemExit, match="reader.k_view is null"):
         run_cli(["tables", "table4-k", "--out", str(tmp_path / "k.csv"), "--cfg",
                  json.dumps(cfg)])  # fmt: skip
+
+
+def test_reader_note_says_what_the_warm_start_trained_on():
+    from drpipe.tables.notes import reader_notes
+
+    base = {"passages": 4, "max_len": 192, "epochs": 1, "batch_size": 16, "init": "x",
+            "train_run": "bm25", "k_split": "heldout"}  # fmt: skip
+    ws = {"questions": 1500, "articles": 40, "epochs": 1}
+    alone = reader_notes({**base, "warm_start": {**ws, "passages": 1}}, "mini")["reader"]
+    assert "m = 1, the question's own paragraph alone, no negatives" in alone
+    assert "other paragraphs" not in alone
+    four = reader_notes({**base, "warm_start": {**ws, "passages": 4}}, "mini")["reader"]
+    assert "m = 4, negatives the article's other paragraphs" in four
+    assert "warm-started" not in reader_notes(base, "mini")["reader"]

@@ -189,6 +189,12 @@ def setup_notes(setup: dict[str, Any], scale: str) -> dict[str, str]:
     return notes
 
 
+def _warm_start_negatives(m: int) -> str:
+    if m == 1:
+        return "the question's own paragraph alone, no negatives"
+    return "negatives the article's other paragraphs"
+
+
 def reader_notes(reader: dict[str, Any], scale: str) -> dict[str, str]:
     """Text of the Table 4 notes from the reader's config (``setup["reader"]``): ``mode``
     (shared | per_retriever | released), ``train_run``, ``init``, ``passages``, ``max_len``,
@@ -205,7 +211,7 @@ def reader_notes(reader: dict[str, Any], scale: str) -> dict[str, str]:
         limits += (
             f", warm-started on reading comprehension over {ws['questions']} questions of "
             f"{ws['articles']} SQuAD train articles that the corpus does not hold (m = "
-            f"{ws['passages']}, negatives the article's other paragraphs, {ws['epochs']} "
+            f"{ws['passages']}, {_warm_start_negatives(int(ws['passages']))}, {ws['epochs']} "
             "epoch(s); a local-scale deviation: DPR's reader starts from BERT)"
         )
     dpr = (
