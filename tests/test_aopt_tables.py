@@ -107,6 +107,30 @@ def test_figure6_cli(tmp_path):
     assert (best["beta"], best["gamma"]) == (0.6, 0.0)
 
 
+def test_figure6_marks_the_papers_optimum_read_from_its_numbers(monkeypatch, tmp_path):
+    from drpipe.papers.numbers import load_paper_numbers
+
+    numbers = load_paper_numbers("aopt")
+    assert aopt_tables.paper_optimum(numbers) == (0.6, -0.1)  # AOpt 3.2.2 and its Table 3
+    other = numbers.assign(method=numbers["method"].str.replace("beta=0.6", "beta=0.5"))
+    with pytest.raises(ValueError, match="several"):
+        aopt_tables.paper_optimum(pd.concat([numbers, other]))
+    assert aopt_tables.paper_optimum(numbers[numbers["table"] != "3"]) is None
+
+    figures = []
+    monkeypatch.setattr(aopt_tables, "save_figure", lambda fig, out: figures.append(fig))
+    table = aopt_tables.figure6_table([pd.read_csv(_grid(tmp_path / "g.csv"))], ["oracle"])
+    for paper, inside in [((0.6, -0.1), True), ((0.5, -0.1), False)]:
+        aopt_tables.plot_figure6(table, tmp_path / "f.png", "t", paper=paper)
+        ax = figures[-1].axes[0]
+        circles = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
+        assert f"paper (NQ): β={paper[0]:g}, γ={paper[1]:g}" in ax.get_title()
+        assert ("not in this grid" in ax.get_title()) is not inside
+        assert len(circles) == int(inside)
+        if inside:  # x: the beta's column, y: the gamma's row (gammas descending)
+            assert (circles[0].get_xdata()[0], circles[0].get_ydata()[0]) == (2, 1)
+
+
 def test_figure7_cli(tmp_path):
     paths, series = [], []
     for p in ("leakfree", "oracle"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -225,8 +226,29 @@ def grid_optimum(frame: pd.DataFrame, k: int) -> pd.Series:
     return order.iloc[0]
 
 
-def plot_figure6(table: pd.DataFrame, out_png: str | Path, title: str) -> None:
-    """AOpt Figure 6: heat maps of top-k over beta (x) and gamma (y), one row per protocol."""
+# The paper's chosen weights are printed in its Table 3's row name ("Weighted-based (beta=0.6,
+# gamma=-0.1)"); Figure 6's own cells exist only as an image, so this point is all of the
+# paper that can stand beside our heat maps.
+_WEIGHTED = re.compile(r"Weighted-based \(beta=(-?[\d.]+), gamma=(-?[\d.]+)\)")
+
+
+def paper_optimum(numbers: pd.DataFrame) -> tuple[float, float] | None:
+    """The (beta, gamma) of the paper's weighted-based row (numbers.csv), if it has one."""
+    found = {(float(m[1]), float(m[2]))
+             for m in map(_WEIGHTED.fullmatch, numbers.loc[numbers["paper"] == "aopt", "method"])
+             if m}  # fmt: skip
+    if len(found) > 1:
+        raise ValueError(f"AOpt's numbers name several weighted-based optima: {sorted(found)}")
+    return found.pop() if found else None
+
+
+def plot_figure6(
+    table: pd.DataFrame, out_png: str | Path, title: str,
+    paper: tuple[float, float] | None = None,
+) -> None:  # fmt: skip
+    """AOpt Figure 6: heat maps of top-k over beta (x) and gamma (y), one row per protocol;
+    our optimum a red star, the paper's (``paper``, chosen on NQ) a white circle where the
+    grid holds it."""
     protocols = list(dict.fromkeys(table["protocol"]))
     fig, axes = new_figure(
         len(protocols), len(KS), figsize=(3.2 * len(KS), 3.0 * len(protocols)), dpi=110,
@@ -250,8 +272,16 @@ def plot_figure6(table: pd.DataFrame, out_png: str | Path, title: str) -> None:
             ax.set_yticks(range(len(gammas)), [f"{g:g}" for g in gammas], fontsize=6)
             best = grid_optimum(part, k)
             ax.plot(betas.index(best["beta"]), gammas.index(best["gamma"]), "r*", ms=8)
-            ax.set_title(f"{protocol}\nTop-{k}: best {best[f'top{k}']:.1f} at "
-                         f"β={best['beta']:g}, γ={best['gamma']:g}", fontsize=7)  # fmt: skip
+            ours = f"best {best[f'top{k}']:.1f} at β={best['beta']:g}, γ={best['gamma']:g}"
+            theirs = ""
+            if paper is not None:
+                theirs = f"\npaper (NQ): β={paper[0]:g}, γ={paper[1]:g}"
+                if paper[0] in betas and paper[1] in gammas:
+                    ax.plot(betas.index(paper[0]), gammas.index(paper[1]), "o", ms=7,
+                            mfc="none", mec="white", mew=1.5)  # fmt: skip
+                else:
+                    theirs += " (not in this grid)"
+            ax.set_title(f"{protocol}\nTop-{k}: {ours}{theirs}", fontsize=7)
             ax.set_xlabel("β (relevant)", fontsize=7)
             ax.set_ylabel("γ (irrelevant)", fontsize=7)
             fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04).ax.tick_params(labelsize=6)
@@ -325,8 +355,9 @@ def _cmd_figure6(args: argparse.Namespace) -> int:
     scale = need(cfg, "scale")
     protocols = need(cfg, "protocols")
     table = figure6_table([read_grid(p) for p in args.grids], protocols)
-    title = f"AOpt Figure 6 reproduced: equation 9 over β, γ (scale {scale}, {_where(cfg)})"
-    plot_figure6(table, args.out, title)
+    title = (f"AOpt Figure 6 reproduced: equation 9 over β, γ (scale {scale}, {_where(cfg)}); "
+             "star: our best, circle: the paper's")  # fmt: skip
+    plot_figure6(table, args.out, title, paper=paper_optimum(load_paper_numbers("aopt")))
     if args.csv:
         write_csv(table.assign(scale=scale, source=REPRODUCED), args.csv)
     return 0
