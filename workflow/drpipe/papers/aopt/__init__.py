@@ -6,11 +6,21 @@ paper's protocol) do and sit in a block of their own beside the paper's Table 3.
 holds the rounds, the (beta, gamma) grid and the rules of its Table 3 and Figures 6 and 7.
 """
 
+import re
+
 from drpipe.papers import ORACLE, Paper, Table2Source
 
 PACKAGE_DATA = ("papers/aopt/numbers.csv", "papers/aopt/citation.csv")
 TABLE3 = "copied from AOpt (Future Internet 2023), Table 3"
 TABLE4 = "copied from AOpt (Future Internet 2023), Table 4"
+# Table 3's linear-weights row names its beta and gamma, as the paper prints it
+# ("Weighted-based (β = 0.6, γ = −0.1)"); LINEAR_LABEL reads back what linear_label writes.
+LINEAR_LABEL = re.compile(r"Weighted-based \(beta=([^,]+), gamma=([^)]+)\)")
+
+
+def linear_label(beta: float, gamma: float) -> str:
+    return f"Weighted-based (beta={beta:g}, gamma={gamma:g})"
+
 
 PAPER = Paper(
     key="aopt",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from drpipe.errors import ConfigError
+from drpipe.papers.aopt import linear_label
 
 
 class AoptPlan:
@@ -80,7 +81,7 @@ class AoptPlan:
 
     def aopt_linear_label(self, lin=None):
         lin = lin or self.AOPT["linear"]
-        return f"Weighted-based (beta={lin['beta']:g}, gamma={lin['gamma']:g})"
+        return linear_label(lin["beta"], lin["gamma"])
 
     def aopt_label(self, arm):
         return self.aopt_linear_label() if arm == "linear" else self.AOPT_LABELS[arm]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ import pandas as pd
 
 from drpipe.cliutil import need
 from drpipe.errors import InputError
-from drpipe.papers.aopt import TABLE3
+from drpipe.papers.aopt import LINEAR_LABEL, TABLE3
 from drpipe.papers.numbers import citation, load_paper_numbers, paper_value
 from drpipe.tables.cli import add_figure_command, add_table_command, command_group
 from drpipe.tables.compare import comparable, scale_of
@@ -226,17 +225,12 @@ def grid_optimum(frame: pd.DataFrame, k: int) -> pd.Series:
     return order.iloc[0]
 
 
-# The paper's chosen weights are printed in its Table 3's row name ("Weighted-based (beta=0.6,
-# gamma=-0.1)"); Figure 6's own cells exist only as an image, so this point is all of the
-# paper that can stand beside our heat maps.
-_WEIGHTED = re.compile(r"Weighted-based \(beta=(-?[\d.]+), gamma=(-?[\d.]+)\)")
-
-
 def paper_optimum(numbers: pd.DataFrame) -> tuple[float, float] | None:
-    """The (beta, gamma) of the paper's weighted-based row (numbers.csv), if it has one."""
-    found = {(float(m[1]), float(m[2]))
-             for m in map(_WEIGHTED.fullmatch, numbers.loc[numbers["paper"] == "aopt", "method"])
-             if m}  # fmt: skip
+    """The (beta, gamma) of the paper's weighted-based row (numbers.csv), if it has one: Figure
+    6's own cells exist only as an image, so this point is all of the paper that can stand
+    beside our heat maps."""
+    methods = numbers.loc[numbers["paper"] == "aopt", "method"]
+    found = {(float(m[1]), float(m[2])) for m in map(LINEAR_LABEL.fullmatch, methods) if m}
     if len(found) > 1:
         raise ValueError(f"AOpt's numbers name several weighted-based optima: {sorted(found)}")
     return found.pop() if found else None
