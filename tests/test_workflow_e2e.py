@@ -1,8 +1,9 @@
 """The real DAG, end to end, on a tiny slice of the real data; then what a config change reruns.
 
 Everything here is the production path: fetch from the mirror, dump cleaning, chunking,
-Anserini BM25, mining, DPR training of the packaged all-MiniLM-L6-v2, sharded encoding, FAISS,
-dense and hybrid retrieval, evaluation and the tables. Only the sizes are small.
+Anserini BM25, mining, DPR training of all-MiniLM-L6-v2 (its first two layers:
+tiny_models.truncated_minilm), sharded encoding, FAISS, dense and hybrid retrieval, evaluation
+and the tables. Only the sizes are small.
 """
 
 from __future__ import annotations

