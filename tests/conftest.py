@@ -67,6 +67,12 @@ def tiny_run(shared_tmp, data_mirror) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_transfer_run(shared_tmp, data_mirror) -> Path:
+    """The transfer chain on a copy of the DPR run (tiny_run.TRANSFER_OVERLAY)."""
+    return runs.build(shared_tmp, "tiny-transfer")
+
+
+@pytest.fixture(scope="session")
 def tiny_touched_run(shared_tmp, data_mirror) -> Path:
     """The DAG of tiny_run, every job marked done without running it (no data read)."""
     return runs.build(shared_tmp, "tiny-touched")

@@ -5,12 +5,11 @@ the session's tiny DPR run (a SQuAD-dev collection of one held-out article)."""
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pandas as pd
 import pytest
-from tiny_run import DPR_OVERLAY
-from workflow_util import REPO, mirror_dir, snakemake
+from tiny_run import TRANSFER_HELDOUT, TRANSFER_LOG
+from workflow_util import REPO, mirror_dir
 
 from drpipe import transfer
 from drpipe.cli import main
@@ -18,7 +17,7 @@ from drpipe.config import ConfigError, load_workflow_config
 from drpipe.plan import build_plan
 from drpipe.qa.datasets import read_questions
 
-HELDOUT = {"name": "heldout", "build": "squad_dev", "articles": 1, "queries": 20}
+HELDOUT = TRANSFER_HELDOUT
 
 
 def plan_of(workdir=".", scale="mini", **transfer_cfg):
@@ -157,28 +156,14 @@ def test_table_rows_columns_and_notes(tmp_path):
 
 # --------------------------------------------------------------------------- end to end
 
-# BM25 and DPR (a trained dense model) on one held-out article, one encoding shard: every
-# path of the chain but DCSR's sentences, in ~10 s.
-E2E_OVERLAY = {
-    **DPR_OVERLAY,
-    "encode": {**DPR_OVERLAY["encode"], "shards": 1},
-    "transfer": {"collections": [HELDOUT], "runs": ["bm25", "dpr"]},
-}
 
-
-def test_the_chain_on_the_tiny_run(tiny_dpr_run, tmp_path):
+def test_the_chain_on_the_tiny_run(tiny_transfer_run):
     """The tiny run's BM25 and DPR on a held-out SQuAD dev article: the table's every cell,
-    computed by the rules' own commands, on a copy of the run whose results are hard links
-    (the models are read; a job's output is written anew, never in place)."""
-    work = tmp_path / "run"
-    work.mkdir()
-    for item in tiny_dpr_run.iterdir():
-        how = "-al" if item.name == "results" else "-a"
-        subprocess.run(["cp", how, str(item), str(work / item.name)], check=True)
-    # mtime only: the run's models as they are, whatever edit the session's code has seen.
-    proc = snakemake(work, "results/transfer.csv", "--rerun-triggers", "mtime",
-                     overlay=E2E_OVERLAY, fork_jobs=True)  # fmt: skip
-    ran = proc.stdout + proc.stderr
+    computed by the rules' own commands, on a copy of the run (tiny_run.build_transfer_run,
+    built by the session's builder)."""
+    work = tiny_transfer_run
+    ran = (work / TRANSFER_LOG).read_text()
+    assert "rule transfer_table:" in ran
     assert "rule train:" not in ran and "rule encode:" not in ran
     frame = pd.read_csv(work / "results/transfer.csv").set_index("run")
     assert frame["method"].tolist() == ["BM25", "DPR"]

@@ -207,6 +207,31 @@ def audit_run(run: Path, against: Path, work: Path) -> Path:
     return a
 
 
+# The transfer chain (results/transfer.csv) on a copy of the DPR run whose results are hard
+# links (its models are read; a job's output is written anew, never in place): BM25 and DPR on
+# one held-out SQuAD dev article, one encoding shard, every path of the chain but DCSR's
+# sentences. Only mtime triggers reruns: the run's models as they are. test_transfer.py reads
+# it and what Snakemake said (TRANSFER_LOG).
+TRANSFER_HELDOUT = {"name": "heldout", "build": "squad_dev", "articles": 1, "queries": 20}
+TRANSFER_OVERLAY = {
+    **DPR_OVERLAY,
+    "encode": {**DPR_OVERLAY["encode"], "shards": 1},
+    "transfer": {"collections": [TRANSFER_HELDOUT], "runs": ["bm25", "dpr"]},
+}
+TRANSFER_LOG = "snakemake-transfer.log"
+
+
+def build_transfer_run(dpr_run: Path, work: Path) -> Path:
+    work.mkdir()
+    for item in dpr_run.iterdir():
+        how = "-al" if item.name == "results" else "-a"
+        subprocess.run(["cp", how, str(item), str(work / item.name)], check=True)
+    proc = snakemake(work, "results/transfer.csv", "--rerun-triggers", "mtime",
+                     overlay=TRANSFER_OVERLAY, timeout=BUILD_TIMEOUT, fork_jobs=True)  # fmt: skip
+    (work / TRANSFER_LOG).write_text(proc.stdout + proc.stderr)
+    return work
+
+
 def build_touched_run(work: Path) -> Path:
     """The shared run's DAG (OVERLAY, TARGETS) in ``work`` (created), every job marked done
     without running it (workflow_util.touched_run): what a config change reruns, in seconds."""
@@ -255,6 +280,9 @@ def build(root: Path, name: str, core: int = -1) -> Path:
         return once(root, name, lambda work: audit_run(a, b, work))
     if name == "tiny-touched":
         return once(root, name, build_touched_run)
+    if name == "tiny-transfer":
+        dpr = build(root, "tiny-dpr")
+        return once(root, name, lambda work: build_transfer_run(dpr, work))
     if name == "rehearsal-reduced":
         return once(root, name, build_reduced_rehearsal)
     if name == "slurm":
@@ -274,6 +302,7 @@ NEEDS = {
     "tiny_run": ("tiny-dpr", "tiny-all"),
     "tiny_dpr_rerun": ("tiny-dpr-again",),
     "tiny_audited": ("tiny-dpr-again", "tiny-audited"),
+    "tiny_transfer_run": ("tiny-dpr", "tiny-transfer"),
     "reduced_rehearsal": ("rehearsal-reduced",),
     "real_slurm_run": ("tiny-dpr", "slurm"),
     "slurm_paper_plan": ("slurm-paper-plan",),
@@ -287,7 +316,7 @@ SMOKES = {bench_smoke.run_name(b): b for b in bench_smoke.BENCHMARKS}
 # built beside the others from the DPR run on, ends about when the paper plan does: its tests
 # come after that plan's, so that the session does not wait for it with tests left to run.
 ORDER = ("tiny-touched", "tiny-dpr", "tiny-all", "tiny-dpr-again", "tiny-audited",
-         "rehearsal-reduced", "slurm-paper-plan", "slurm", *SMOKES)  # fmt: skip
+         "tiny-transfer", "rehearsal-reduced", "slurm-paper-plan", "slurm", *SMOKES)  # fmt: skip
 # Runs that mostly wait (the executor plugin's status checks), and the run each copies: the builder
 # starts one in a thread of its own as soon as that run is built, and goes on beside it. (It
 # never builds a run itself: workflow_util's Snakemake zygote serves one thread at a time.)
