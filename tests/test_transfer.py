@@ -8,7 +8,8 @@ import json
 
 import pandas as pd
 import pytest
-from tiny_run import TRANSFER_HELDOUT, TRANSFER_LOG
+from tiny_run import TRANSFER_HELDOUT as HELDOUT
+from tiny_run import TRANSFER_LOG
 from workflow_util import REPO, mirror_dir
 
 from drpipe import transfer
@@ -16,8 +17,6 @@ from drpipe.cli import main
 from drpipe.config import ConfigError, load_workflow_config
 from drpipe.plan import build_plan
 from drpipe.qa.datasets import read_questions
-
-HELDOUT = TRANSFER_HELDOUT
 
 
 def plan_of(workdir=".", scale="mini", **transfer_cfg):

@@ -96,9 +96,9 @@ def truncated_minilm(layers: int = 2) -> Path:
     """The packaged all-MiniLM-L6-v2 with its first ``layers`` transformer layers only: the
     same tokenizer, embeddings, pooling files and ``data_config.json`` (what it was trained on,
     which the tables' oracle labels read), in pytest's cache folder (made once, by whichever
-    process asks first; the same bytes every time). The tiny runs test the pipeline's plumbing
-    and encode and train with it at about a third of the full model's cost; the full model's
-    path (``packaged:``) is what the unit tests and ``make run`` load."""
+    process asks first; the same bytes every time). The tiny runs and the unit tests of code
+    (not of accuracy) encode and train with it at about a third of the full model's cost;
+    ``make run`` and the accuracy tests load the whole model (``packaged:``)."""
     from safetensors.torch import load_file, save_file
 
     from drpipe.encoder_settings import resolve_init

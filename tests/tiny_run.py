@@ -222,10 +222,7 @@ TRANSFER_LOG = "snakemake-transfer.log"
 
 
 def build_transfer_run(dpr_run: Path, work: Path) -> Path:
-    work.mkdir()
-    for item in dpr_run.iterdir():
-        how = "-al" if item.name == "results" else "-a"
-        subprocess.run(["cp", how, str(item), str(work / item.name)], check=True)
+    copy_run(dpr_run, work, link_results=True)
     proc = snakemake(work, "results/transfer.csv", "--rerun-triggers", "mtime",
                      overlay=TRANSFER_OVERLAY, timeout=BUILD_TIMEOUT, fork_jobs=True)  # fmt: skip
     (work / TRANSFER_LOG).write_text(proc.stdout + proc.stderr)

@@ -27,9 +27,17 @@ def mirror_dir() -> Path:
     return Path(os.environ.get("DATA_MIRROR", REPO.parent / "shared" / "data")).resolve()
 
 
-def copy_run(src: Path, dest: Path) -> Path:
-    """A copy of a run's directory with its mtimes and Snakemake metadata (``cp -a``)."""
-    subprocess.run(["cp", "-a", str(src), str(dest)], check=True)
+def copy_run(src: Path, dest: Path, link_results: bool = False) -> Path:
+    """A copy of a run's directory with its mtimes and Snakemake metadata (``cp -a``);
+    ``link_results``: its ``results/`` as hard links (for a run that reads them and writes its
+    own outputs anew, never in place)."""
+    if not link_results:
+        subprocess.run(["cp", "-a", str(src), str(dest)], check=True)
+        return dest
+    dest.mkdir()
+    for item in src.iterdir():
+        how = "-al" if item.name == "results" else "-a"
+        subprocess.run(["cp", how, str(item), str(dest / item.name)], check=True)
     return dest
 
 

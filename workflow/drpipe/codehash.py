@@ -63,7 +63,7 @@ def _scan_cache_file() -> Path:
     return Path(base) / "codehash-imports-v1.json"
 
 
-# Scans by "<module> <sha1 of the file's bytes>" (read from SCAN_CACHE once per process), and
+# Scans by "<module> <sha1 of the file's bytes>" (the cache file, read once per process), and
 # whether this process added any.
 _SCANS: dict[str, list[list[str]]] | None = None
 _ADDED = False
@@ -101,12 +101,11 @@ def _save_scans() -> None:
     _ADDED = False
 
 
-def _scan(path: Path, module: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(imported drpipe modules, PACKAGE_DATA globs) of one source file, from the cache where
-    a file of the same module had these bytes (the bytes are read each time: a file edited
-    while a process runs is scanned again)."""
+def _scan(source: bytes, path: Path, module: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(imported drpipe modules, PACKAGE_DATA globs) of one source file's bytes, from the cache
+    where a file of the same module had these bytes (so a file edited while a process runs is
+    scanned again)."""
     global _ADDED
-    source = path.read_bytes()
     key = f"{module} {hashlib.sha1(source).hexdigest()}"
     found = _scans().get(key)
     if not _well_formed(found):
@@ -150,9 +149,15 @@ def _parse_imports(
 
 def closure(entries: Iterable[str], root: Path = ROOT) -> list[Path]:
     """Source and data files of ``entries`` (dotted module names) and all they import."""
+    return sorted(_sources(entries, root))
+
+
+def _sources(entries: Iterable[str], root: Path) -> dict[Path, bytes | None]:
+    """The closure's files, each source file with the bytes it was scanned from (data files:
+    None), so that hashing does not read them again."""
     todo = list(dict.fromkeys([*COMMON, *entries]))
     seen: set[str] = set()
-    files: set[Path] = set()
+    files: dict[Path, bytes | None] = {}
     while todo:
         module = todo.pop()
         if module in seen:
@@ -163,16 +168,16 @@ def closure(entries: Iterable[str], root: Path = ROOT) -> list[Path]:
             if module in entries:
                 raise ValueError(f"code hash: {module} is not a module of {root}")
             continue  # `from drpipe.x import function`: not a module
-        files.add(path)
-        imports, data = _scan(path, module)
+        files[path] = source = path.read_bytes()
+        imports, data = _scan(source, path, module)
         todo += [*_parents(module), *imports]
         for pattern in data:
             matched = sorted(root.glob(pattern))
             if not matched:
                 raise ValueError(f"code hash: {path} declares PACKAGE_DATA {pattern!r}: no file")
-            files.update(matched)
+            files.update(dict.fromkeys(matched))
     _save_scans()
-    return sorted(files)
+    return files
 
 
 # The dispatcher lists every subcommand module: a new subcommand (a paper's tables) must not
@@ -180,8 +185,7 @@ def closure(entries: Iterable[str], root: Path = ROOT) -> list[Path]:
 DISPATCH = ("cli.py", "MODULES")
 
 
-def _hashed_bytes(f: Path, root: Path) -> bytes:
-    data = f.read_bytes()
+def _hashed_bytes(f: Path, root: Path, data: bytes) -> bytes:
     if str(f.relative_to(root)) != DISPATCH[0]:
         return data
     return _without_dispatch_list(data)
@@ -203,10 +207,12 @@ def code_hash(entries: Iterable[str], root: Path = ROOT) -> str:
     """sha256 (16 hex digits) over the closure of ``entries``: relative paths and bytes (the
     dispatcher's list of subcommand modules excepted)."""
     h = hashlib.sha256()
-    for f in closure(entries, root):
+    files = _sources(entries, root)
+    for f in sorted(files):
+        data = files[f]
         h.update(str(f.relative_to(root)).encode())
         h.update(b"\0")
-        h.update(_hashed_bytes(f, root))
+        h.update(_hashed_bytes(f, root, f.read_bytes() if data is None else data))
     return h.hexdigest()[:16]
 
 

@@ -62,6 +62,7 @@ from drpipe.claims.stats import (
 )
 from drpipe.claims.systems import per_question_file, resolve_scope, resolve_system
 from drpipe.cliutil import add_cfg
+from drpipe.config import YamlSafeLoader
 from drpipe.errors import InputError
 from drpipe.io import atomic_path, read_json
 from drpipe.papers import papers
@@ -235,24 +236,19 @@ def own_claims(config: dict | None, taken: Iterable[str] = ()) -> list[dict]:
     return out
 
 
-def _safe_load(text: str) -> Any:
-    """libyaml's safe loader where PyYAML has it: every Snakemake start reads the claims (the
-    same documents as yaml.safe_load, a tenth of the time)."""
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-
-
 def load_claims(config: dict | None = None) -> tuple[dict, list[dict]]:
     """The shared defaults (``claims.yaml``) and every registered paper's claims, papers in
     registry order (each claim's ``paper`` must be the folder it is declared in), then the
     config's own claims (``own_claims``)."""
     text = resources.files("drpipe.claims").joinpath("claims.yaml").read_text(encoding="utf-8")
-    doc = {"defaults": (_safe_load(text) or {}).get("defaults"), "claims": []}
+    doc = {"defaults": (yaml.load(text, Loader=YamlSafeLoader) or {}).get("defaults"), "claims": []}
     for p in papers():
         path = p.file("claims.yaml")
         if path is None:
             continue
         where = f"drpipe/papers/{p.key}/claims.yaml"
-        claims = (_safe_load(path.read_text(encoding="utf-8")) or {}).get("claims")
+        text = path.read_text(encoding="utf-8")
+        claims = (yaml.load(text, Loader=YamlSafeLoader) or {}).get("claims")
         if not isinstance(claims, list):
             raise InputError(where, None, "expected a mapping with a 'claims' list")
         for claim in claims:
