@@ -25,6 +25,7 @@ Protocol: the client sends a length-prefixed JSON request {"argv", "env", "cwd"}
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import select
@@ -127,6 +128,9 @@ def serve(path: str) -> None:
         importlib.import_module("drpipe.cli").build_parser()
     except Exception as exc:  # noqa: BLE001 - the job's own parser reports it
         print(f"drpipe zygote: no parser preloaded: {exc}", file=sys.stderr)
+    # What is loaded now stays out of the garbage collector's reach: a fork's collections
+    # would otherwise walk every inherited object, copying the pages they touch.
+    gc.freeze()
     sys.stdout.flush()
     sys.stderr.flush()
     children: dict[int, socket.socket] = {}  # pid -> the client waiting for it

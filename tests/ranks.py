@@ -48,6 +48,16 @@ def join_gloo(rank: int, port: int, world_size: int = 2) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
 
 
+def leave_gloo() -> None:
+    """In a spawned process: wait for every rank, then leave the group (as training's
+    ``finish`` does). A rank that tears its group down while the other is still inside the
+    last collective's exchange can abort in gloo's threads (seen once as SIGABRT)."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def assert_close_to_scale(
     got: torch.Tensor, want: torch.Tensor, rel: float, name: str, scale: float | None = None
 ) -> None:

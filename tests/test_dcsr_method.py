@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from ranks import assert_close_to_scale, join_gloo, spawn_ranks
+from ranks import assert_close_to_scale, join_gloo, leave_gloo, spawn_ranks
 from tiny_models import save_tiny_bert, truncated_minilm
 
 from drpipe.corpus.passages import PASSAGE_SCHEMA
@@ -568,15 +568,13 @@ SPLITS = {"empty": ([0, 1, 2], [3]), "offset": ([0, 3], [1, 2])}
 
 
 def _ddp_dcsr_worker(rank: int, port: int, init: str, paths: dict, pool: list, out: str) -> None:
-    import torch.distributed as tdist
-
     join_gloo(rank, port)
     for split, parts in SPLITS.items():
         loss, stats, grads = _one_step(
             init, paths, pool, parts[rank], DistContext(rank=rank, world_size=2)
         )
         torch.save({"loss": loss, "stats": stats, "grads": grads}, Path(out) / f"{split}{rank}.pt")
-    tdist.destroy_process_group()
+    leave_gloo()
 
 
 @pytest.mark.both_cores

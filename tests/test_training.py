@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from ranks import assert_close_to_scale, join_gloo, nproc_cli_runs, spawn_ranks
+from ranks import assert_close_to_scale, join_gloo, leave_gloo, nproc_cli_runs, spawn_ranks
 from tiny_models import example_texts, save_tiny_bert, squad_examples, truncated_minilm
 
 from drpipe.cli import main as cli_main
@@ -142,8 +142,6 @@ def test_a_failed_validation_keeps_the_epochs_steps(tmp_path, tiny_bert, train_f
 
 
 def _ddp_worker(rank: int, port: int, tiny_bert: str, train_file: str, out: str) -> None:
-    import torch.distributed as dist
-
     join_gloo(rank, port)
     ctx = DistContext(rank=rank, world_size=2)
     loss, grads = one_step_grads(tiny_bert, train_file, ctx)
@@ -151,7 +149,7 @@ def _ddp_worker(rank: int, port: int, tiny_bert: str, train_file: str, out: str)
     report = train_model("dpr", [train_file], Path(out) / "model", ddp_loop_cfg(tiny_bert))
     if rank == 0:
         (Path(out) / "report.json").write_text(json.dumps(report))
-    dist.destroy_process_group()
+    leave_gloo()
 
 
 def ddp_loop_cfg(init: str) -> dict:

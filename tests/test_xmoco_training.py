@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from ranks import assert_close_to_scale, join_gloo, spawn_ranks
+from ranks import assert_close_to_scale, join_gloo, leave_gloo, spawn_ranks
 from test_training import state_of
 from tiny_models import example_texts, save_tiny_bert, squad_examples
 
@@ -158,13 +158,11 @@ def test_tied_encoders_train_one_fast_and_one_slow(tmp_path, tiny_bert, train_fi
 
 
 def _ddp_worker(rank: int, port: int, tiny_bert: str, train_file: str, out: str) -> None:
-    import torch.distributed as dist
-
     join_gloo(rank, port)
     t = Trainer("xmoco", [train_file], Path(out) / f"m{rank}", ddp_cfg(tiny_bert))
     t.run(stop_after=3)
     torch.save(queue_state(t), Path(out) / f"state-{rank}.pt")
-    dist.destroy_process_group()
+    leave_gloo()
 
 
 def ddp_cfg(init: str) -> dict:
