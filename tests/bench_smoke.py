@@ -3,7 +3,10 @@ with a tiny BERT), as ``make bench`` would run it, writing only under the folder
 
 test_benchmarks.py checks what a run recorded. The runs are started by the session's background
 builder (tiny_run.py) once it has built the tiny runs, on the core the tests leave free, or by
-the test's fixture where there is no builder: a smoke is one process of its own either way.
+the test's fixture where there is no builder. A smoke is a fork of the job zygote that the
+builder's runs use (drpipe_zygote.py: torch, transformers and drpipe already imported, ~3 s
+of CPU a benchmark would spend importing them), or a process of its own where that is off
+(DRPIPE_TEST_ZYGOTE=0).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from workflow_util import REPO, mirror_dir
+import drpipe_zygote
+from drpipe_zygote import jobs_forked
+from workflow_util import REPO, RUNS_ZYGOTE, mirror_dir, tool_env
 
 BENCHMARKS = sorted((REPO / "benchmarks").glob("bench_*.py"))
 RECORD = "record.json"
@@ -42,14 +47,20 @@ def result_lines(path: Path) -> list[str]:
 # Runs the benchmark script (argv[1], its arguments after it) on one core: the last, or the
 # one SMOKE_CORE indexes (the builder runs two smokes at once, one per core, once the tests
 # wait on nothing else). The benchmarks size their threads by the cores they may use
-# (drpipe.training.distributed.default_threads), and two threads beside the tests' MiniLM
-# training made that test 8x slower; the affinity holds for the benchmark's own children too.
+# (drpipe.training.distributed.default_threads, or torch's default), and two threads beside the
+# tests' MiniLM training made that test 8x slower; the affinity holds for the benchmark's own
+# children too. As a fork of the job zygote (run_smoke), torch and FAISS were loaded before the
+# affinity was set, so their threads are set to it as a new process's would be.
 # Its CPU time (its own and its children's) goes to SMOKE_CPU_FILE at exit: with two smokes
 # at once, the builder's RUSAGE_CHILDREN would mix them.
 ONE_CORE = (
     "import atexit, os, resource, runpy, sys\n"
     "cores = sorted(os.sched_getaffinity(0))\n"
     "os.sched_setaffinity(0, [cores[int(os.environ.get('SMOKE_CORE', '-1')) % len(cores)]])\n"
+    "if 'torch' in sys.modules:\n"
+    "    sys.modules['torch'].set_num_threads(len(os.sched_getaffinity(0)))\n"
+    "if 'faiss' in sys.modules:\n"
+    "    sys.modules['faiss'].omp_set_num_threads(len(os.sched_getaffinity(0)))\n"
     "def _cpu():\n"
     "    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,"
     " resource.RUSAGE_CHILDREN))\n"
@@ -70,7 +81,8 @@ def _text(out: bytes | str | None) -> str:
 def run_smoke(bench: Path, work: Path, core: int = -1) -> Path:
     """``bench --smoke`` run in ``work`` (created; its scratch folders land there too) on the
     core ``core`` indexes, with what it did recorded in ``work/record.json``: exit status,
-    output, wall and CPU seconds (None where the run died before writing them)."""
+    output, wall and CPU seconds (None where the run died before writing them; a fork's from
+    the fork on, its imports not included)."""
     import drpipe
 
     work.mkdir()
@@ -89,12 +101,19 @@ def run_smoke(bench: Path, work: Path, core: int = -1) -> Path:
         "SMOKE_CORE": str(core),
         "SMOKE_CPU_FILE": str(work / "cpu-seconds"),
     }
+    argv = ["-c", ONE_CORE, str(bench), "--smoke", "--out", str(work / RESULT)]
     t0 = time.perf_counter()
+    # A fork of the job zygote that the builder's runs used (torch and drpipe imported), where
+    # it is on; `python` itself where it is off or cannot be reached.
+    with jobs_forked(tool_env(), keep=RUNS_ZYGOTE) as zygote:
+        if "DRPIPE_ZYGOTE" in zygote:
+            cmd = [sys.executable, "-I", str(Path(drpipe_zygote.__file__)), "python", *argv]
+            env |= {"DRPIPE_ZYGOTE": zygote["DRPIPE_ZYGOTE"], "DRPIPE_REAL": sys.executable}
+        else:
+            cmd = [sys.executable, *argv]
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", ONE_CORE, str(bench), "--smoke", "--out", str(work / RESULT)],
-            cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT,
-        )  # fmt: skip
+        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
+                              timeout=TIMEOUT)  # fmt: skip
         returncode, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
     except subprocess.TimeoutExpired as exc:
         returncode, stdout = None, _text(exc.stdout)

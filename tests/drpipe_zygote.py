@@ -10,16 +10,20 @@ environment, working directory and standard streams (the descriptors themselves,
 and Snakemake's pipes are the job's own) and exits with the fork's status. A fork is otherwise
 a fresh `drpipe` process; what it cannot share with one is said here:
 
-- the hash seed (one per server): each run gets its own server, so the two DPR runs that are
-  compared byte for byte still run under different seeds;
+- the hash seed (one per server): the two DPR runs that are compared byte for byte run under
+  servers of their own, hence different seeds (the other runs share the first one's server:
+  ``jobs_forked``'s ``keep``);
 - Snakemake's benchmark files time the client: wall time is the job's, memory and CPU are not.
 
 The server never runs a torch operation, so no OpenMP pool exists to break in a fork; it forks
 from one thread. ``DRPIPE_TEST_ZYGOTE=0`` turns it off (plain processes, as for the dry runs'
 zygote), and a client that cannot reach its server runs the real `drpipe` itself.
 
-Protocol: the client sends a length-prefixed JSON request {"argv", "env", "cwd"} with its fds
-0, 1 and 2 attached; the server answers the fork's pid on one line, then its exit code.
+The benchmarks' smokes (bench_smoke.py) run as forks of the same server, as `python -c CODE
+ARGS` (``drpipe_zygote.py python -c CODE ARGS``): each would otherwise import torch anew.
+
+Protocol: the client sends a length-prefixed JSON request {"argv", "env", "cwd", "python"} with
+its fds 0, 1 and 2 attached; the server answers the fork's pid on one line, then its exit code.
 """
 
 from __future__ import annotations
@@ -95,17 +99,26 @@ def become(request: dict, run: Callable[[], int | None]) -> NoReturn:
             os._exit(code)
 
 
-def _drpipe(request: dict, fds: list[int], close: list[socket.socket]) -> int:
-    """`drpipe ARGV` with the client's streams (the server's sockets closed first)."""
+def _drpipe(request: dict, fds: list[int], close: list[socket.socket]) -> int | None:
+    """`drpipe ARGV` with the client's streams (the server's sockets closed first); or, for a
+    request with ``"python": true``, `python -c CODE ARGS...` (ARGV is ``-c CODE ARGS...``)."""
     for s in close:
         s.close()
     for fd, received in zip((0, 1, 2), fds, strict=True):
         os.dup2(received, fd)
         os.close(received)
-    sys.argv = ["drpipe", *request["argv"]]
+    argv = request["argv"]
+    if request.get("python"):
+        if argv[:1] != ["-c"] or len(argv) < 2:
+            raise ValueError(f"a python request is -c CODE ARGS..., not {argv[:1]}")
+        sys.argv = ["-c", *argv[2:]]
+        sys.path[0] = ""  # as `python -c` has it: the working directory
+        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})  # noqa: S102
+        return None
+    sys.argv = ["drpipe", *argv]
     from drpipe.cli import main
 
-    return main(request["argv"])
+    return main(argv)
 
 
 def serve(path: str) -> None:
@@ -169,15 +182,17 @@ def serve(path: str) -> None:
         os.kill(pid, signal.SIGTERM)
 
 
-def client(argv: list[str]) -> int:
-    """`drpipe ARGV` run by the server named in DRPIPE_ZYGOTE, or the real one if unreachable."""
+def client(argv: list[str], python: bool = False) -> int:
+    """`drpipe ARGV` (``python``: `python ARGV`, ARGV being ``-c CODE ARGS...``) run by the
+    server named in DRPIPE_ZYGOTE, or the real command (DRPIPE_REAL) if that is unreachable."""
     real = os.environ["DRPIPE_REAL"]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(os.environ["DRPIPE_ZYGOTE"])
     except (KeyError, OSError):
         os.execv(real, [real, *argv])
-    body = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd(), "python": python}
+    body = json.dumps(request).encode()
     socket.send_fds(sock, [len(body).to_bytes(8, "big") + body], [0, 1, 2])
     reader = sock.makefile("rb")
     pid = int(reader.readline() or b"0")
@@ -198,38 +213,75 @@ def client(argv: list[str]) -> int:
     return code if code >= 0 else 128 - code  # killed by signal N: 128 + N, as a shell says
 
 
+def _start(env: dict[str, str], folder: str) -> tuple[subprocess.Popen, str]:
+    """A server listening on a socket in ``folder`` (bound before this returns, or gone)."""
+    path = str(Path(folder) / "socket")
+    server = subprocess.Popen([sys.executable, __file__, "serve", path], stdin=subprocess.PIPE,
+                              env=env)  # fmt: skip
+    for _ in range(200):  # bound before the first job asks (else it runs unforked)
+        if os.path.exists(path) or server.poll() is not None:
+            break
+        time.sleep(0.05)
+    return server, path
+
+
+def _stop(server: subprocess.Popen) -> None:
+    assert server.stdin is not None
+    server.stdin.close()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+# Servers kept between runs (jobs_forked's ``keep``): (name, environment) -> (server, socket,
+# its folder). Stopped when this process exits.
+_KEPT: dict[tuple[str, str], tuple[subprocess.Popen, str, tempfile.TemporaryDirectory]] = {}
+
+
+@atexit.register
+def _stop_kept() -> None:
+    while _KEPT:
+        server, _, folder = _KEPT.popitem()[1]
+        _stop(server)
+        folder.cleanup()
+
+
 @contextmanager
-def jobs_forked(env: dict[str, str]):
+def jobs_forked(env: dict[str, str], keep: str | None = None):
     """``env`` for a Snakemake run whose `drpipe` jobs are forks of a server started here (and
-    stopped when the block ends); ``env`` itself where ``DRPIPE_TEST_ZYGOTE=0``."""
+    stopped when the block ends); ``env`` itself where ``DRPIPE_TEST_ZYGOTE=0``.
+
+    ``keep``: the server is named so and kept for the next run that asks for that name with the
+    same environment (stopped when this process exits), so that runs share one preload (~8 s
+    of CPU each) where sharing a hash seed is fine; runs that must differ in it name two."""
     if env.get("DRPIPE_TEST_ZYGOTE") == "0":
         yield env
         return
     real = Path(sys.executable).with_name("drpipe")
+    key = (keep or "", json.dumps(env, sort_keys=True))
+    if keep is not None:
+        if key in _KEPT and _KEPT[key][0].poll() is not None:
+            _KEPT.pop(key)[2].cleanup()  # it died: a new one
+        if key not in _KEPT:
+            folder = tempfile.TemporaryDirectory(prefix="drpipe-zygote-")
+            _KEPT[key] = (*_start(env, folder.name), folder)
+        path = _KEPT[key][1]
+        yield {**env, "PATH": f"{BIN}{os.pathsep}{env['PATH']}", "DRPIPE_ZYGOTE": path,
+               "DRPIPE_REAL": str(real)}  # fmt: skip
+        return
     with tempfile.TemporaryDirectory(prefix="drpipe-zygote-") as tmp:
-        path = str(Path(tmp) / "socket")
-        server = subprocess.Popen(
-            [sys.executable, __file__, "serve", path], stdin=subprocess.PIPE, env=env
-        )
-        for _ in range(200):  # bound before the first job asks (else it runs unforked)
-            if os.path.exists(path) or server.poll() is not None:
-                break
-            time.sleep(0.05)
+        server, path = _start(env, tmp)
         try:
             yield {**env, "PATH": f"{BIN}{os.pathsep}{env['PATH']}", "DRPIPE_ZYGOTE": path,
                    "DRPIPE_REAL": str(real)}  # fmt: skip
         finally:
-            assert server.stdin is not None
-            server.stdin.close()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            _stop(server)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2])
-    else:
-        sys.exit(client(sys.argv[2:]))
+    else:  # client: `drpipe ARGS`; python: `python -c CODE ARGS`
+        sys.exit(client(sys.argv[2:], python=sys.argv[1] == "python"))

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import drpipe_zygote
 from drpipe_zygote import jobs_forked
 
 # The venv's `drpipe` first, as in a Snakemake run of the tests (workflow_util.snakemake).
@@ -21,16 +22,24 @@ def _run(cmd: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_a_forked_job_has_the_real_commands_status_and_streams(tmp_path: Path) -> None:
+    """... by a server kept between runs by name (tiny_run's runs share one), which another
+    name does not share and which stops when this process would exit."""
     env = ENV
     plain = _run("drpipe encode --bogus 2> plain.log", env, tmp_path)
-    with jobs_forked(env) as forked_env:
+    with jobs_forked(env, keep="runs") as forked_env:
         assert forked_env["PATH"].split(os.pathsep)[0].endswith("zygote_bin")
         forked = _run("drpipe encode --bogus 2> forked.log", forked_env, tmp_path)
-        helped = _run("drpipe --help", forked_env, tmp_path)
+    with jobs_forked(env, keep="runs") as again, jobs_forked(env, keep="other") as other:
+        helped = _run("drpipe --help", again, tmp_path)
+    assert again["DRPIPE_ZYGOTE"] == forked_env["DRPIPE_ZYGOTE"] != other["DRPIPE_ZYGOTE"]
     assert forked.returncode == plain.returncode == 2
     assert (tmp_path / "forked.log").read_text() == (tmp_path / "plain.log").read_text()
     assert "--model" in (tmp_path / "forked.log").read_text()
     assert helped.returncode == 0 and "encode" in helped.stdout
+    servers = [server for server, _, _ in drpipe_zygote._KEPT.values()]
+    drpipe_zygote._stop_kept()  # what exiting runs
+    assert len(servers) == 2 and all(s.poll() is not None for s in servers)
+    assert not Path(forked_env["DRPIPE_ZYGOTE"]).exists()
 
 
 def test_without_a_server_the_client_runs_the_real_drpipe(tmp_path: Path) -> None:

@@ -116,6 +116,15 @@ class _Zygote:
 _ZYGOTE = _Zygote()
 
 
+# The job zygote (drpipe_zygote.py) that the builder's runs and the benchmarks' smokes share.
+RUNS_ZYGOTE = "runs"
+
+
+def tool_env() -> dict[str, str]:
+    """This environment with the venv's commands (snakemake, drpipe) first on PATH."""
+    return {**os.environ, "PATH": f"{SNAKEMAKE.parent}{os.pathsep}{os.environ['PATH']}"}
+
+
 def snakemake(
     workdir: Path,
     *args: str,
@@ -126,12 +135,12 @@ def snakemake(
     timeout: int = 3600,
     repo: Path = REPO,
     python_path: bool = True,
-    fork_jobs: bool = False,
+    fork_jobs: bool | str = False,
 ) -> subprocess.CompletedProcess:
     """Run a checkout's Snakefile (this repository's by default) with results under
     ``workdir``. For another checkout, ``python_path`` puts its package first on PYTHONPATH.
     ``fork_jobs``: the jobs' `drpipe` runs as forks of a preloaded process (drpipe_zygote.py),
-    for runs of many jobs."""
+    for runs of many jobs; a name keeps that process for the next run given the same name."""
     # Targets and flags first: --configfile (below) takes every word after it.
     cmd = [
         str(SNAKEMAKE),
@@ -160,10 +169,11 @@ def snakemake(
         tmp.write_text(text)
         tmp.replace(path)
         cmd.append(str(path))
-    env = {**os.environ, "PATH": f"{SNAKEMAKE.parent}{os.pathsep}{os.environ['PATH']}"}
+    env = tool_env()
     if repo != REPO and python_path:
         env["PYTHONPATH"] = str(repo / "workflow")
-    with jobs_forked(env) if fork_jobs else nullcontext(env) as env:
+    keep = fork_jobs if isinstance(fork_jobs, str) else None
+    with jobs_forked(env, keep) if fork_jobs else nullcontext(env) as env:
         proc = _ZYGOTE.run(cmd, env, timeout)
         if proc is None:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
