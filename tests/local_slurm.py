@@ -11,7 +11,8 @@ as GRES, ``SlurmdParameters=config_overrides``), so every request is checked aga
 scheduler on a CPU box; ``EnforcePartLimits=ALL`` and the partitions' ``MaxMemPerNode`` make a
 request the cluster cannot satisfy fail at sbatch, as on a real cluster. No accounting daemon
 by default (the profile must work without one; that is where the executor plugin's default
-``sacct`` status command hangs). ``up --accounting`` adds one, opt-in and not used by the tests:
+``sacct`` status command hangs). ``up --accounting`` adds one, opt-in and not used by make test
+(``python tests/slurm_run.py accounting DIR`` runs the tiny DAG on it):
 a MariaDB server (``mariadbd``, its data under the cluster's folder, on a free local port) and
 ``slurmdbd`` storing in it, so that ``sacct`` answers as on most real clusters (Debian's
 ``slurmdbd mariadb-server``, installed if missing).

@@ -161,13 +161,44 @@ def build_slurm_run(dpr_run: Path, where: Path, overlay: dict) -> Path:
     return where
 
 
+def build_accounting_run(dpr_run: Path, where: Path, overlay: dict) -> dict:
+    """The main run of ``build_slurm_run`` (a copy of ``dpr_run``, its mining forced, the
+    first training cancelled after a checkpoint) on a cluster with accounting (``up
+    --accounting``: slurmdbd and MariaDB, so ``sacct`` answers, and says ``CANCELLED by 0``),
+    compared file for file with ``dpr_run``. Not in make test (the database takes its own
+    minute to install and start): `python tests/slurm_run.py accounting DIR`. Returns, and
+    leaves in ``where/result.json``: exit status, wall time, the cancelled job, what ``sacct``
+    says of each job, and the files that differ from the local run."""
+    where.mkdir(parents=True)
+    cluster = LocalCluster()
+    result: dict = {"cluster_up_s": cluster.up(owner=os.getpid(), accounting=True)}
+    try:
+        work = copy_run(dpr_run, where / "work")
+        result.update(_run_through(cluster, work, where, overlay))
+        hashes = result_hashes(work)
+        result["sacct"] = cluster.run(
+            "sacct", "-a", "-X", "-n", "-P", "-o", "JobID,JobName,State,ExitCode"
+        ).stdout.splitlines()
+    finally:
+        result["cluster_down_s"] = cluster.down()
+    compared = [r for r in hashes if not r.endswith(".json") and (dpr_run / r).is_file()]
+    result["compared"] = len(compared)
+    result["differ"] = [r for r in compared if hashes[r] != _sha256(dpr_run / r)]
+    (where / "result.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def result_hashes(work: Path) -> dict[str, str]:
     """sha256 of every file under ``work/results`` but logs and benchmarks' timings."""
     out = {}
     for path in sorted((work / "results").rglob("*")):
         rel = str(path.relative_to(work))
         if path.is_file() and not rel.startswith(("results/logs/", "results/benchmarks/")):
-            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+            out[rel] = _sha256(path)
     return out
 
 
@@ -418,7 +449,18 @@ def build_paper_plan(where: Path) -> Path:
 
 if __name__ == "__main__":
     # `python slurm_run.py profile DIR`: profiles/slurm with OVERRIDES (make rehearse
-    # PROFILE=slurm submits through it).
-    if sys.argv[1:2] != ["profile"] or len(sys.argv) != 3:
-        sys.exit("usage: python slurm_run.py profile DIR")
-    print(profile_with_overrides(Path(sys.argv[2])))
+    # PROFILE=slurm submits through it). `python slurm_run.py accounting DIR`: the tiny DPR run
+    # built in DIR, then through SLURM with accounting (build_accounting_run).
+    if sys.argv[1:2] not in (["profile"], ["accounting"]) or len(sys.argv) != 3:
+        sys.exit("usage: python slurm_run.py profile|accounting DIR")
+    if sys.argv[1] == "profile":
+        print(profile_with_overrides(Path(sys.argv[2])))
+    else:
+        import tiny_run  # imports this module: here, not at the top
+
+        root = Path(sys.argv[2])
+        root.mkdir(parents=True, exist_ok=True)
+        dpr = tiny_run.build(root, "tiny-dpr")
+        done = build_accounting_run(dpr, root / "accounting", tiny_run.DPR_OVERLAY)
+        print(json.dumps(done, indent=1))
+        sys.exit(0 if done["returncode"] == 0 and not done["differ"] else 1)
