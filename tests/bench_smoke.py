@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import drpipe_zygote
-from drpipe_zygote import jobs_forked
 from workflow_util import REPO, RUNS_ZYGOTE, mirror_dir, tool_env
 
 BENCHMARKS = sorted((REPO / "benchmarks").glob("bench_*.py"))
@@ -105,7 +104,7 @@ def run_smoke(bench: Path, work: Path, core: int = -1) -> Path:
     t0 = time.perf_counter()
     # A fork of the job zygote that the builder's runs used (torch and drpipe imported), where
     # it is on; `python` itself where it is off or cannot be reached.
-    with jobs_forked(tool_env(), keep=RUNS_ZYGOTE) as zygote:
+    with drpipe_zygote.jobs_forked(tool_env(), keep=RUNS_ZYGOTE) as zygote:
         if "DRPIPE_ZYGOTE" in zygote:
             cmd = [sys.executable, "-I", str(Path(drpipe_zygote.__file__)), "python", *argv]
             env |= {"DRPIPE_ZYGOTE": zygote["DRPIPE_ZYGOTE"], "DRPIPE_REAL": sys.executable}

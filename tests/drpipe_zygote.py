@@ -260,24 +260,26 @@ def jobs_forked(env: dict[str, str], keep: str | None = None):
         yield env
         return
     real = Path(sys.executable).with_name("drpipe")
-    key = (keep or "", json.dumps(env, sort_keys=True))
-    if keep is not None:
-        if key in _KEPT and _KEPT[key][0].poll() is not None:
-            _KEPT.pop(key)[2].cleanup()  # it died: a new one
-        if key not in _KEPT:
-            folder = tempfile.TemporaryDirectory(prefix="drpipe-zygote-")
-            _KEPT[key] = (*_start(env, folder.name), folder)
-        path = _KEPT[key][1]
-        yield {**env, "PATH": f"{BIN}{os.pathsep}{env['PATH']}", "DRPIPE_ZYGOTE": path,
-               "DRPIPE_REAL": str(real)}  # fmt: skip
+
+    def forked(path: str) -> dict[str, str]:
+        return {**env, "PATH": f"{BIN}{os.pathsep}{env['PATH']}", "DRPIPE_ZYGOTE": path,
+                "DRPIPE_REAL": str(real)}  # fmt: skip
+
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="drpipe-zygote-") as tmp:
+            server, path = _start(env, tmp)
+            try:
+                yield forked(path)
+            finally:
+                _stop(server)
         return
-    with tempfile.TemporaryDirectory(prefix="drpipe-zygote-") as tmp:
-        server, path = _start(env, tmp)
-        try:
-            yield {**env, "PATH": f"{BIN}{os.pathsep}{env['PATH']}", "DRPIPE_ZYGOTE": path,
-                   "DRPIPE_REAL": str(real)}  # fmt: skip
-        finally:
-            _stop(server)
+    key = (keep, json.dumps(env, sort_keys=True))
+    if key in _KEPT and _KEPT[key][0].poll() is not None:
+        _KEPT.pop(key)[2].cleanup()  # it died: a new one
+    if key not in _KEPT:
+        folder = tempfile.TemporaryDirectory(prefix="drpipe-zygote-")
+        _KEPT[key] = (*_start(env, folder.name), folder)
+    yield forked(_KEPT[key][1])
 
 
 if __name__ == "__main__":

@@ -180,15 +180,21 @@ def build_accounting_run(dpr_run: Path, where: Path, overlay: dict) -> dict:
         ).stdout.splitlines()
     finally:
         result["cluster_down_s"] = cluster.down()
-    compared = [r for r in hashes if not r.endswith(".json") and (dpr_run / r).is_file()]
+    compared, result["differ"] = differing_files(hashes, dpr_run)
     result["compared"] = len(compared)
-    result["differ"] = [r for r in compared if hashes[r] != _sha256(dpr_run / r)]
     (where / "result.json").write_text(json.dumps(result, indent=1))
     return result
 
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def differing_files(hashes: dict[str, str], local: Path) -> tuple[list[str], list[str]]:
+    """The files of ``hashes`` (result_hashes of a run) compared with the run ``local`` (those
+    it has, reports aside: they hold timings), and those of them whose bytes differ."""
+    compared = [r for r in hashes if not r.endswith(".json") and (local / r).is_file()]
+    return compared, [r for r in compared if hashes[r] != _sha256(local / r)]
 
 
 def result_hashes(work: Path) -> dict[str, str]:
@@ -447,9 +453,9 @@ def build_paper_plan(where: Path) -> Path:
             raise
         finally:
             timer.cancel()
-    proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - start
-    assert proc.returncode == 0, (where / "plan.txt").read_text()[-4000:]
+    code = os.waitstatus_to_exitcode(status)
+    assert code == 0, (where / "plan.txt").read_text()[-4000:]
     # CPU time, not wall: other processes on a shared 2-core machine stretch wall time.
     cpu = usage.ru_utime + usage.ru_stime
     (where / "timing.json").write_text(json.dumps({"wall": wall, "cpu": cpu}))

@@ -167,13 +167,12 @@ def once(root: Path, name: str, build: Callable[[Path], Path]) -> Path:
     return work
 
 
-# The builder's runs (and the smokes) share one job zygote (its preload is ~8 s of CPU), but
-# the second DPR run has its own: the two runs compared byte for byte run under different hash
-# seeds.
-JOBS = RUNS_ZYGOTE
-
-
-def build_dpr_run(work: Path, targets: tuple[str, ...] = DPR_TARGETS, jobs: str = JOBS) -> Path:
+# The builder's runs (and the smokes) share one job zygote (RUNS_ZYGOTE: its preload is ~8 s of
+# CPU), but the second DPR run has its own: the two runs compared byte for byte run under
+# different hash seeds.
+def build_dpr_run(
+    work: Path, targets: tuple[str, ...] = DPR_TARGETS, jobs: str = RUNS_ZYGOTE
+) -> Path:
     """The DPR run in ``work`` (created); its jobs forked by the zygote named ``jobs``."""
     work.mkdir()
     snakemake(work, *targets, overlay=DPR_OVERLAY, timeout=BUILD_TIMEOUT, fork_jobs=jobs)
@@ -184,7 +183,7 @@ def extend_run(dpr_run: Path, work: Path) -> Path:
     """A copy of ``dpr_run`` at ``work`` built on to TARGETS with OVERLAY; fails if a job of
     the DPR run reran (the copy would then no longer share its DPR with the audited pair)."""
     copy_run(dpr_run, work)
-    proc = snakemake(work, *TARGETS, overlay=OVERLAY, timeout=BUILD_TIMEOUT, fork_jobs=JOBS)
+    proc = snakemake(work, *TARGETS, overlay=OVERLAY, timeout=BUILD_TIMEOUT, fork_jobs=RUNS_ZYGOTE)
     ran = [
         (rule, out.split(",")[0].strip()) for rule, out in _JOB.findall(proc.stdout + proc.stderr)
     ]
@@ -230,7 +229,7 @@ TRANSFER_LOG = "snakemake-transfer.log"
 def build_transfer_run(dpr_run: Path, work: Path) -> Path:
     copy_run(dpr_run, work, link_results=True)
     proc = snakemake(work, "results/transfer.csv", "--rerun-triggers", "mtime",
-                     overlay=TRANSFER_OVERLAY, timeout=BUILD_TIMEOUT, fork_jobs=JOBS)  # fmt: skip
+                     overlay=TRANSFER_OVERLAY, timeout=BUILD_TIMEOUT, fork_jobs=RUNS_ZYGOTE)  # fmt: skip
     (work / TRANSFER_LOG).write_text(proc.stdout + proc.stderr)
     return work
 
@@ -264,7 +263,7 @@ REDUCED_REHEARSAL_READ = "results/answers/dpr/nq/nq-test.json"
 def build_reduced_rehearsal(work: Path) -> Path:
     work.mkdir()
     snakemake(work, *REDUCED_REHEARSAL_TARGETS, REDUCED_REHEARSAL_READ, overlay=REDUCED_REHEARSAL,
-              timeout=BUILD_TIMEOUT, fork_jobs=JOBS)  # fmt: skip
+              timeout=BUILD_TIMEOUT, fork_jobs=RUNS_ZYGOTE)  # fmt: skip
     return work
 
 
