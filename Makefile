@@ -36,6 +36,9 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 endif
 export PATH := $(abspath $(BIN)):$(PATH)
+# Where it is set (as on these machines), PYTHONDONTWRITEBYTECODE would make every process
+# compile every module it imports anew, the venv's included; lifted, each is compiled once.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help install lock run test lint format bench clean squad audit claims rehearse estimate verify cluster-check seeds
 
@@ -57,18 +60,16 @@ help:
 
 install: $(STAMP)
 
-# pip byte-compiles file by file on one core (40 s of a 106-s install here): --no-compile, then
-# compileall on both cores, torch's files while the rest installs (uv mostly waits on the
-# network meanwhile). The .pyc files are needed, as
-# PYTHONDONTWRITEBYTECODE (set on these machines) stops every later process writing its own.
-# A file that does not compile (torch's Python 3.12 test helpers) is skipped, as pip skips it.
+# Nothing is byte-compiled ahead (pip --no-compile; uv does not by default): a module's .pyc is
+# written by the first process that imports it (PYTHONDONTWRITEBYTECODE is lifted for make's
+# commands, above). Compiling all ~24,000 files ahead took ~50 s of the install, and a run
+# imports about a sixth of them.
 # torch comes through pip, which reads the machine's pip configuration (where its CPU build
 # lies); the rest through uv, which resolves the same versions in a third of pip's time
 # (21-26 s against ~65 s here; the whole install 70-77 s against 123 s, quiet), or through pip
 # where uv cannot be installed or fails.
 # With the lock (LOCK, made by `make lock`) the rest are its exact versions, then drpipe itself
 # with --no-deps; without it (LOCK=), the newest that pyproject.toml allows, as resolved then.
-SITE = $$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 # The extras `make install` installs: run (bm25, mini, workflow) and test; `make run` uses none
 # of test's packages (tests/test_install.py), but run and test share the one venv.
 EXTRA_NAMES = bm25 mini workflow test
@@ -86,11 +87,8 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet uv || echo "uv not installed: pip installs everything"
 	$(BIN)/pip install --quiet --no-compile "$(TORCH)"
-	{ $(BIN)/python -m compileall -qq -j 0 "$(SITE)/torch" > /dev/null & }; \
-		{ [ -x $(BIN)/uv ] && install="$(UV_INSTALL)" && $$install $(REST) $(SELF); } \
-		|| { install="$(PIP_INSTALL)" && $$install $(REST) $(SELF); }; \
-		status=$$?; wait; exit $$status
-	$(BIN)/python -m compileall -qq -j 0 "$(SITE)" > /dev/null || true
+	{ [ -x $(BIN)/uv ] && install="$(UV_INSTALL)" && $$install $(REST) $(SELF); } \
+		|| { install="$(PIP_INSTALL)" && $$install $(REST) $(SELF); }
 	touch $@
 
 # Regenerates requirements/lock-cpu.txt from pyproject.toml: every package `make install` puts
