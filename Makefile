@@ -60,10 +60,11 @@ help:
 
 install: $(STAMP)
 
-# Nothing is byte-compiled ahead (pip --no-compile; uv does not by default): a module's .pyc is
-# written by the first process that imports it (PYTHONDONTWRITEBYTECODE is lifted for make's
-# commands, above). Compiling all ~24,000 files ahead took ~50 s of the install, and a run
-# imports about a sixth of them.
+# Only what a run imports is byte-compiled (pip --no-compile; uv does not by default): the
+# install ends by importing it in two processes (WARM), which writes those modules' .pyc, and a
+# module imported later has its .pyc written by the first process that imports it
+# (PYTHONDONTWRITEBYTECODE is lifted for make's commands, above). Compiling all ~24,000 files
+# ahead took ~50 s of the install; a run imports about a fifth of them.
 # torch comes through pip, which reads the machine's pip configuration (where its CPU build
 # lies); the rest through uv, which resolves the same versions in a third of pip's time
 # (21-26 s against ~65 s here; the whole install 70-77 s against 123 s, quiet), or through pip
@@ -82,6 +83,22 @@ UV_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python
 PIP_INSTALL = $(BIN)/pip install --quiet --no-compile
 REST = $(if $(LOCK),-r $(LOCK),-e "$(EXTRAS)")
 SELF = $(if $(LOCK),&& $$install --no-deps -e .)
+# The imports that WARM compiles, torch's and the rest in two processes (one would import a
+# module the other is compiling); one that fails to import is left to the run that needs it.
+WARM_TORCH = torch transformers.models.bert.modeling_bert drpipe.cli:build_parser
+WARM_REST = snakemake.cli:get_argument_parser pandas pyarrow.parquet faiss matplotlib.pyplot \
+	scipy.stats onnxruntime spacy ir_measures
+export define WARM
+import importlib, sys
+for name in sys.argv[1:]:
+    module, _, call = name.partition(":")
+    try:
+        loaded = importlib.import_module(module)
+        if call:
+            getattr(loaded, call)()
+    except Exception as exc:
+        print(f"install: {name} not compiled ahead: {exc}", file=sys.stderr)
+endef
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -89,6 +106,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/pip install --quiet --no-compile "$(TORCH)"
 	{ [ -x $(BIN)/uv ] && install="$(UV_INSTALL)" && $$install $(REST) $(SELF); } \
 		|| { install="$(PIP_INSTALL)" && $$install $(REST) $(SELF); }
+	$(BIN)/python -c "$$WARM" $(WARM_TORCH) & $(BIN)/python -c "$$WARM" $(WARM_REST); wait
 	touch $@
 
 # Regenerates requirements/lock-cpu.txt from pyproject.toml: every package `make install` puts
