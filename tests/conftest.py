@@ -6,8 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import anserini_aot
 import pytest
 import system_packages
 import tiny_run as runs
@@ -110,6 +112,7 @@ def reduced_rehearsal(shared_tmp, data_mirror) -> Path:
 
 
 _BUILDER: subprocess.Popen | None = None
+_AOT: threading.Thread | None = None
 _APT: subprocess.Popen | None = None
 # Where the tests that need the touched DAG or the DPR run start, as a fraction of the way
 # through the tests that need none (the DPR run takes the builder ~3 of their ~9 minutes).
@@ -159,6 +162,10 @@ def pytest_collection_modifyitems(config, items):
     if factory is None or config.getoption("collectonly"):
         return
     root = factory.getbasetemp()
+    # Anserini's JVMs start from an ahead-of-time cache, named before any test or the builder
+    # starts one (anserini_aot.py).
+    global _AOT
+    _AOT = anserini_aot.start()
     # Debian's SLURM and Chromium, where the tests that use them run and they are missing:
     # installed beside the tests (system_packages.py); those tests wait for it.
     if any(i.get_closest_marker("system_packages") for i in items):
@@ -222,3 +229,5 @@ def pytest_sessionfinish(session, exitstatus):
     if _BUILDER is not None and _BUILDER.poll() is None:
         os.killpg(_BUILDER.pid, signal.SIGTERM)
         _BUILDER.wait()
+    if _AOT is not None:
+        _AOT.join()

@@ -14,9 +14,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import math
 from pathlib import Path
 
+import anserini_aot
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -369,3 +371,25 @@ def test_two_field_bm25_is_the_sum_of_per_field_bm25(tmp_path):
         assert got[key] == pytest.approx(score, abs=2e-4), key  # each run rounds to 4 decimals
     # The titles count: the sum is not the text field's BM25 alone.
     assert title_hits > 0
+
+
+def test_the_sessions_aot_cache_starts_the_jvm_and_changes_no_search(
+    tiny_index, tmp_path, monkeypatch, caplog
+):
+    """The tests' Anserini processes start from an AOT cache (anserini_aot.py): its JVM uses
+    the cache's classes (-Xlog:aot says so), and the search writes the same run as without."""
+    path = anserini_aot.cache_file()
+    if path is None:
+        pytest.skip("the installed Java cannot use an AOT cache (JDK < 25)")
+    anserini_aot.record(path)  # waits for the session's thread where that is recording it
+    qpath = _questions(tmp_path / "q.parquet", ["a", "b"], ["cat wolf", "dog fish"])
+    caplog.set_level(logging.INFO, logger="drpipe.anserini")
+    runs = {}
+    for name, options in (("without", ""), ("with", f"-XX:AOTCache={path} -Xlog:aot=info")):
+        monkeypatch.setenv("JDK_JAVA_OPTIONS", options)
+        caplog.clear()
+        bm25.search(tiny_index, qpath, tmp_path / f"{name}.parquet", CFG)
+        used = "Using AOT-linked classes: true" in caplog.text
+        assert used == (name == "with"), caplog.text[-3000:]
+        runs[name] = pq.read_table(tmp_path / f"{name}.parquet").to_pylist()
+    assert runs["with"] == runs["without"] and runs["with"]
