@@ -16,7 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 CPU = {"cpu_model": "AMD EPYC", "cpu_flags": ["avx2", "avx512_bf16", "avx512f"]}
 
 
-def results_folder(root: Path, *, precision="training bf16, encoding bf16", cpu=CPU, top20=94.59):
+def results_folder(
+    root: Path, *, precision="training bf16, encoding bf16", cpu=CPU, top20=94.59, threads=2
+):
     root.mkdir(parents=True)
     rows = [
         {"scale": "mini", "training": "None", "method": "BM25", "protocol": "standard",
@@ -27,7 +29,9 @@ def results_folder(root: Path, *, precision="training bf16, encoding bf16", cpu=
     ]  # fmt: skip
     pd.DataFrame(rows).to_csv(root / "table2.csv", index=False, float_format="%.2f")
     record = {"scale": "mini", "hardware": {**cpu, "cuda_devices": []},
-              "code": {"commit": "abc"}}  # fmt: skip
+              "code": {"commit": "abc"},
+              "step_reports": {"results/models/dpr/squad.report.json": {"threads": threads},
+                               "results/embeddings/dpr/squad/shard-0.report.json": {}}}  # fmt: skip
     (root / "provenance.json").write_text(json.dumps(record))
     return root
 
@@ -64,6 +68,15 @@ def test_verify_passes_on_its_reference_and_names_a_changed_cell(tmp_path, capsy
     passed, cells, summary = verify(other, ref_root)
     assert passed and summary["within"] == 1 and summary["tolerance"] == 0.5
     assert not verify(other, ref_root, tolerance=0.01)[0]
+
+    # The same CPU kind, trained at another thread count (config threads): a sum splits by
+    # thread count, so the reference's tolerance applies, and the summary says why.
+    assert json.loads((where / "reference.json").read_text())["threads"] == [2]
+    one = results_folder(tmp_path / "one-thread", top20=94.60, threads=1)
+    passed, cells, summary = verify(one, ref_root)
+    assert passed and summary["within"] == 1 and not summary["same_threads"]
+    code = cli.main(["verify", "--results", str(one), "--reference", str(ref_root)])
+    assert code == 0 and "the same CPU kind, other training threads" in capsys.readouterr().out
 
 
 def test_verify_fails_on_a_missing_row_and_without_a_reference(tmp_path):

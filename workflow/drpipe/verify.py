@@ -9,9 +9,9 @@ fp32. fp32 and bf16 runs differ in the second decimal, so each path has its own 
 
 A run is compared with the reference of its scale and path, cell by cell over every metric
 column (``<dataset>_top<k>``, ``<dataset>_mrr<k>``, ``<dataset>_em``): on the same CPU kind
-(model and flags) the cells must be identical (CPU runs are deterministic); on another kind
-they may differ by ``tolerance`` points, since the same precision path still sums in another
-order there (measured: 0.03 to 0.07 points between AMD EPYC with AVX512-BF16 and a CPU with
+(model and flags) with the same threads per training the cells must be identical (CPU runs are
+deterministic); on another kind, or at another thread count, they may differ by ``tolerance``
+points, since the same precision path still sums in another order there (measured: 0.03 to 0.07 points between AMD EPYC with AVX512-BF16 and a CPU with
 AMX). A missing or extra row, and a run whose path or scale has no reference, fail and say so.
 """
 
@@ -61,8 +61,19 @@ def run_identity(results: Path) -> dict[str, Any]:
         "cpu_model": hw.get("cpu_model"),
         "cpu_flags": sorted(hw.get("cpu_flags") or []),
         "cuda_devices": hw.get("cuda_devices") or [],
+        "threads": training_threads(record),
         "commit": (record.get("code") or {}).get("commit"),
     }
+
+
+def training_threads(record: dict[str, Any]) -> list[int]:
+    """The thread counts the run's trainings ran at (their reports, in the provenance record):
+    a sum splits by thread count, so a trained row's last digits can follow it."""
+    reports = record.get("step_reports") or {}
+    return sorted(
+        {int(r["threads"]) for k, r in reports.items()
+         if "/models/" in k and isinstance(r, dict) and r.get("threads") is not None}
+    )  # fmt: skip
 
 
 def _read_table(path: Path) -> pd.DataFrame:
@@ -139,7 +150,10 @@ def verify(
         identity["cpu_model"],
         identity["cpu_flags"],
     ) and not identity["cuda_devices"]
-    tol = 0.0 if same_cpu else float(meta.get("tolerance", DEFAULT_TOLERANCE))
+    # A reference that does not say its trainings' threads (made before they were recorded
+    # here) is taken to match.
+    same_threads = "threads" not in meta or meta["threads"] == identity["threads"]
+    tol = 0.0 if same_cpu and same_threads else float(meta.get("tolerance", DEFAULT_TOLERANCE))
     if tolerance is not None:
         tol = float(tolerance)
     cells: list[dict[str, Any]] = []
@@ -157,6 +171,7 @@ def verify(
         "scale": identity["scale"],
         "precision_path": identity["precision_path"],
         "same_cpu_kind": same_cpu,
+        "same_threads": same_threads,
         "tolerance": tol,
         "cells": len(cells),
         **{
@@ -185,6 +200,8 @@ def write_reference(results: Path, reference_root: Path, command: str) -> Path:
 
 def render(passed: bool, cells: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     kind = "the same CPU kind" if summary["same_cpu_kind"] else "another CPU kind"
+    if not summary.get("same_threads", True):
+        kind += ", other training threads"
     lines = [
         f"{'PASS' if passed else 'FAIL'}: {summary['cells']} cells against "
         f"{summary['reference']} (scale {summary['scale']}, {summary['precision_path']} path, "

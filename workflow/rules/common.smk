@@ -7,6 +7,7 @@ from pathlib import Path
 import drpipe
 from drpipe.cluster_check import refuse_if_earlier_jobs
 from drpipe.config import ConfigError, load_workflow_config
+from drpipe.job_threads import job_threads
 from drpipe.papers import papers
 from drpipe.plan import build_plan, exports, targets
 
@@ -27,6 +28,10 @@ try:
         workflow.config_settings.config,
         workflow.overwrite_configfiles or [],
     )
+    # `threads: auto` becomes this machine's number before any rule reads it (job_threads);
+    # THREADS_ALONE is for the jobs that run by themselves.
+    THREADS_ALONE = job_threads(C["threads"], alone=True)
+    C["threads"] = job_threads(C["threads"])
     P = build_plan(C, mirror=os.environ.get("DATA_MIRROR", ""))
 except ConfigError as err:
     raise WorkflowError(str(err)) from None

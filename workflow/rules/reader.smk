@@ -34,7 +34,7 @@ rule reader_train:
         rrun=ANY_RUN,
     conda:
         env(gpu=True)
-    threads: C["threads"]
+    threads: THREADS_ALONE
     resources:
         # DPR: eight GPUs; no more ranks than questions in a batch (4 for WQ and TREC).
         gpu=lambda w: gpus(min(8, reader_batch_size(w.dataset))),
@@ -208,7 +208,7 @@ rule reader_warm_start:
         "results/benchmarks/rules/reader_warm_start/reader_warm_start.tsv"
     conda:
         env(gpu=True)
-    threads: C["threads"]
+    threads: THREADS_ALONE
     resources:
         gpu=lambda w: gpus(1),
     params:
