@@ -22,6 +22,8 @@ AUTO = "auto"
 # itself (the reader's warm start and training: nothing else is ready beside them, and at one
 # thread the warm start, ~17 minutes at mini in fp32, would leave a core idle that long).
 WITH_FAST_BF16, WITHOUT, ALONE = 2, 1, 2
+# drpipe.precision.cpu_has_fast_bf16's test, not called here: that module imports torch, about
+# a second of every Snakemake start (its move would change every job's code hash).
 FAST_BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
 
 

@@ -11,8 +11,10 @@ A run is compared with the reference of its scale and path, cell by cell over ev
 column (``<dataset>_top<k>``, ``<dataset>_mrr<k>``, ``<dataset>_em``): on the same CPU kind
 (model and flags) with the same threads per training the cells must be identical (CPU runs are
 deterministic); on another kind, or at another thread count, they may differ by ``tolerance``
-points, since the same precision path still sums in another order there (measured: 0.03 to 0.07 points between AMD EPYC with AVX512-BF16 and a CPU with
-AMX). A missing or extra row, and a run whose path or scale has no reference, fail and say so.
+points, since the same precision path still sums in another order there (measured: 0.03 to
+0.07 points between AMD EPYC with AVX512-BF16 and a CPU with AMX; 0.01 between one and two
+threads per job on one CPU). A missing or extra row, and a run whose path or scale has no
+reference, fail and say so.
 """
 
 from __future__ import annotations
