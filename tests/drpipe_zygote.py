@@ -121,7 +121,7 @@ def _drpipe(request: dict, fds: list[int], close: list[socket.socket]) -> int | 
     return main(argv)
 
 
-def serve(path: str) -> None:
+def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
     """Preload, then fork one child per client until stdin closes (the run is over)."""
     import importlib
 
@@ -129,7 +129,7 @@ def serve(path: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    for name in PRELOAD:
+    for name in preload:
         if select.select([0], [], [], 0)[0] and not os.read(0, 1024):
             return  # the run ended before the preload did (a run with no job): no use for it
         try:
@@ -213,11 +213,13 @@ def client(argv: list[str], python: bool = False) -> int:
     return code if code >= 0 else 128 - code  # killed by signal N: 128 + N, as a shell says
 
 
-def _start(env: dict[str, str], folder: str) -> tuple[subprocess.Popen, str]:
+def _start(
+    env: dict[str, str], folder: str, preload: tuple[str, ...] = PRELOAD
+) -> tuple[subprocess.Popen, str]:
     """A server listening on a socket in ``folder`` (bound before this returns, or gone)."""
     path = str(Path(folder) / "socket")
-    server = subprocess.Popen([sys.executable, __file__, "serve", path], stdin=subprocess.PIPE,
-                              env=env)  # fmt: skip
+    server = subprocess.Popen([sys.executable, __file__, "serve", path, *preload],
+                              stdin=subprocess.PIPE, env=env)  # fmt: skip
     for _ in range(200):  # bound before the first job asks (else it runs unforked)
         if os.path.exists(path) or server.poll() is not None:
             break
@@ -249,13 +251,16 @@ def _stop_kept() -> None:
 
 
 @contextmanager
-def jobs_forked(env: dict[str, str], keep: str | None = None):
+def jobs_forked(env: dict[str, str], keep: str | None = None,
+                preload: tuple[str, ...] = PRELOAD):  # fmt: skip
     """``env`` for a Snakemake run whose `drpipe` jobs are forks of a server started here (and
     stopped when the block ends); ``env`` itself where ``DRPIPE_TEST_ZYGOTE=0``.
 
     ``keep``: the server is named so and kept for the next run that asks for that name with the
     same environment (stopped when this process exits), so that runs share one preload (~8 s
-    of CPU each) where sharing a hash seed is fine; runs that must differ in it name two."""
+    of CPU each) where sharing a hash seed is fine; runs that must differ in it name two.
+    ``preload``: the modules the server imports before it forks (a test of the forking itself
+    needs none of the heavy ones)."""
     if env.get("DRPIPE_TEST_ZYGOTE") == "0":
         yield env
         return
@@ -267,23 +272,23 @@ def jobs_forked(env: dict[str, str], keep: str | None = None):
 
     if keep is None:
         with tempfile.TemporaryDirectory(prefix="drpipe-zygote-") as tmp:
-            server, path = _start(env, tmp)
+            server, path = _start(env, tmp, preload)
             try:
                 yield forked(path)
             finally:
                 _stop(server)
         return
-    key = (keep, json.dumps(env, sort_keys=True))
+    key = (keep, json.dumps([env, preload], sort_keys=True))
     if key in _KEPT and _KEPT[key][0].poll() is not None:
         _KEPT.pop(key)[2].cleanup()  # it died: a new one
     if key not in _KEPT:
         folder = tempfile.TemporaryDirectory(prefix="drpipe-zygote-")
-        _KEPT[key] = (*_start(env, folder.name), folder)
+        _KEPT[key] = (*_start(env, folder.name, preload), folder)
     yield forked(_KEPT[key][1])
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
-        serve(sys.argv[2])
+        serve(sys.argv[2], tuple(sys.argv[3:]))
     else:  # client: `drpipe ARGS`; python: `python -c CODE ARGS`
         sys.exit(client(sys.argv[2:], python=sys.argv[1] == "python"))

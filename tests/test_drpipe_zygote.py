@@ -11,6 +11,9 @@ from pathlib import Path
 import drpipe_zygote
 from drpipe_zygote import jobs_forked
 
+# Forking is what is tested, not the preload (the builder's runs use the whole one): the
+# servers here import only what `drpipe` itself does, not torch and the rest (~8 s of CPU).
+LIGHT = ("drpipe.cli",)
 # The venv's `drpipe` first, as in a Snakemake run of the tests (workflow_util.snakemake).
 ENV = {**os.environ, "DRPIPE_TEST_ZYGOTE": "1",
        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
@@ -26,10 +29,13 @@ def test_a_forked_job_has_the_real_commands_status_and_streams(tmp_path: Path) -
     name does not share and which stops when this process would exit."""
     env = ENV
     plain = _run("drpipe encode --bogus 2> plain.log", env, tmp_path)
-    with jobs_forked(env, keep="runs") as forked_env:
+    with jobs_forked(env, keep="runs", preload=LIGHT) as forked_env:
         assert forked_env["PATH"].split(os.pathsep)[0].endswith("zygote_bin")
         forked = _run("drpipe encode --bogus 2> forked.log", forked_env, tmp_path)
-    with jobs_forked(env, keep="runs") as again, jobs_forked(env, keep="other") as other:
+    with (
+        jobs_forked(env, keep="runs", preload=LIGHT) as again,
+        jobs_forked(env, keep="other", preload=LIGHT) as other,
+    ):
         helped = _run("drpipe --help", again, tmp_path)
     assert again["DRPIPE_ZYGOTE"] == forked_env["DRPIPE_ZYGOTE"] != other["DRPIPE_ZYGOTE"]
     assert forked.returncode == plain.returncode == 2
@@ -43,7 +49,7 @@ def test_a_forked_job_has_the_real_commands_status_and_streams(tmp_path: Path) -
 
 
 def test_without_a_server_the_client_runs_the_real_drpipe(tmp_path: Path) -> None:
-    with jobs_forked(ENV) as env:
+    with jobs_forked(ENV, preload=LIGHT) as env:
         pass  # the server has stopped; its environment still names it
     done = _run("drpipe --help", env, tmp_path)
     assert done.returncode == 0 and "encode" in done.stdout

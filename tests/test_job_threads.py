@@ -30,10 +30,22 @@ def test_auto_is_one_thread_without_fast_bf16_and_two_with_it():
     assert job_threads("auto") == (2 if fast else 1)  # this machine's own flags
 
 
+def test_auto_under_an_emulated_cpu_kind_is_one_thread(monkeypatch):
+    # benchmarks/emulate_cpu.py masks CPUID, not /proc/cpuinfo: its kinds have no bf16 or AMX
+    monkeypatch.setenv("CPUID_MASK", "avx512_vnni")
+    assert job_threads("auto") == 1
+    assert job_threads("auto", ["amx_bf16"]) == 2  # flags given are taken as they are
+    assert job_threads("auto", alone=True) == 2
+
+
 def test_the_default_is_auto_and_the_schema_takes_a_number_or_auto_only():
     assert load_workflow_config(REPO)["threads"] == "auto"
     assert load_workflow_config(REPO, {"threads": 3})["threads"] == 3
     assert ("threads",) in runtime_paths()  # reruns nothing (x-runtime)
-    for bad in ("two", 0, "Auto"):
-        with pytest.raises(ConfigError, match="threads"):
+    # each error names the key and the form it breaks (a number from 1, or the word auto)
+    for bad, says in (("two", "'two' does not match '^auto$'"), (0, "0 is less than the minimum of 1"),
+                      ("Auto", "'Auto' does not match '^auto$'"),
+                      (1.5, "1.5 is not of type 'integer', 'string'")):  # fmt: skip
+        with pytest.raises(ConfigError) as err:
             load_workflow_config(REPO, {"threads": bad})
+        assert f"key threads: {says}" in str(err.value)

@@ -42,12 +42,15 @@ def test_scale_overlay_and_command_line_precedence():
         ({"methods": {"dpr": {"lr": -1}}}, "key methods.dpr.lr"),
         ({"corpus": {"sentences": {"splitter": "nltk"}}}, "key corpus.sentences.splitter"),
         ({"bogus": 1}, "unknown key bogus"),
+        # a number or a word: the error names the word, not "none of the given schemas"
+        ({"hybrid": {"lambda": "tuned"}}, "key hybrid.lambda: 'tuned' does not match '^tune$'"),
     ],
 )
 def test_bad_config_names_the_key(patch, message):
     raw = deep_merge(copy.deepcopy(RAW), patch)
-    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+    with pytest.raises(ConfigError) as err:
         resolve(raw, SCHEMA)
+    assert message in str(err.value)
 
 
 def test_unknown_scale_is_an_error():

@@ -13,6 +13,7 @@ reference's.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 from drpipe.environment import cpu_info
@@ -29,10 +30,15 @@ FAST_BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
 
 def job_threads(setting: int | str, flags: Iterable[str] | None = None, alone: bool = False) -> int:
     """The threads of a job for the config value ``setting`` on a CPU with ``flags`` (default:
-    this machine's, from /proc/cpuinfo); ``alone``: of a job that runs by itself."""
+    this machine's, from /proc/cpuinfo, or none under an emulated CPU kind); ``alone``: of a
+    job that runs by itself."""
     if setting != AUTO:
         return int(setting)
     if alone:
         return ALONE
+    if flags is None and os.environ.get("CPUID_MASK"):
+        # benchmarks/emulate_cpu.py masks CPUID, not /proc/cpuinfo, and each of its kinds
+        # (AVX2, AVX-512, AVX-512 VNNI) hides bf16 and AMX: the kernels that run are fp32's
+        flags = ()
     have = set(cpu_info()["flags"] if flags is None else flags)
     return WITH_FAST_BF16 if have & FAST_BF16_FLAGS else WITHOUT
