@@ -22,6 +22,12 @@ PYTEST_ARGS ?=
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.drpipe-installed
+# Local runs fork every `drpipe` job from one process that has torch, transformers and drpipe
+# imported (drpipe.forkserver; a model job's imports took ~4-5 s of CPU each). FORK=0 runs each
+# job as a process of its own, whose benchmark file then holds its own memory and CPU.
+FORK ?= 1
+DRY_RUN = $(filter -n --dry-run --dryrun,$(SNAKEMAKE_ARGS))
+FORKED = $(if $(and $(filter 1,$(FORK)),$(if $(DRY_RUN),,1)),$(BIN)/python -m drpipe.forkserver run --)
 
 export TOKENIZERS_PARALLELISM := false
 # Absolute, so that a relative mirror (../shared/data) still resolves under `--directory`.
@@ -57,6 +63,7 @@ help:
 	@echo "Variables: SCALE=squad TARGET=results/... CONFIG='key=value ...' CORES=N"
 	@echo "           SNAKEMAKE_ARGS=-n DATA_MIRROR=../shared/data PYTEST_ARGS=..."
 	@echo "           OFFLINE=1 (no Hugging Face hub; the default with DATA_MIRROR)"
+	@echo "           FORK=0 (each job a process of its own; default: forked, drpipe.forkserver)"
 
 install: $(STAMP)
 
@@ -126,19 +133,19 @@ lock:
 # The targets come before SNAKEMAKE_ARGS: an option that takes several values
 # (--forcerun RULE..., --until, -q) would otherwise read them as its own.
 run: install
-	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(TARGET) $(SNAKEMAKE_ARGS) \
+	$(FORKED) $(BIN)/snakemake --profile profiles/default --cores $(CORES) $(TARGET) $(SNAKEMAKE_ARGS) \
 		$(if $(SCALE_CONFIG),--config $(SCALE_CONFIG))
-	@$(if $(filter -n --dry-run --dryrun,$(SNAKEMAKE_ARGS))$(filter-out all,$(TARGET)),true,$(DONE))
+	@$(if $(DRY_RUN)$(filter-out all,$(TARGET)),true,$(DONE))
 
 # Training variance (config `seeds`): every trained Table 2 row and claim run trained again under
 # each extra seed, results/table2-seeds.md and results/claims-seeds.md (docs/claims.md).
 SEEDS_TARGETS = results/table2-seeds.csv results/claims-seeds.csv
 seeds: install
-	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(SEEDS_TARGETS) $(SNAKEMAKE_ARGS) \
+	$(FORKED) $(BIN)/snakemake --profile profiles/default --cores $(CORES) $(SEEDS_TARGETS) $(SNAKEMAKE_ARGS) \
 		$(if $(SCALE_CONFIG),--config $(SCALE_CONFIG))
 
 squad: install
-	$(BIN)/snakemake --profile profiles/default --cores $(CORES) $(TARGET) $(SNAKEMAKE_ARGS) \
+	$(FORKED) $(BIN)/snakemake --profile profiles/default --cores $(CORES) $(TARGET) $(SNAKEMAKE_ARGS) \
 		--config scale=squad $(CONFIG)
 
 # The paper scale rehearsed on CPU before GPU-days are spent (config/scales/rehearsal.yaml): every
@@ -169,7 +176,7 @@ ifeq ($(PROFILE),slurm)
 	rm -rf $(REHEARSAL_DIR)/slurm-profile && mkdir -p $(REHEARSAL_DIR)
 	cd tests && $(abspath $(BIN))/python slurm_run.py profile $(abspath $(REHEARSAL_DIR))/slurm-profile
 endif
-	$(LOCAL_SLURM) $(BIN)/snakemake --profile $(REHEARSE_PROFILE) --directory $(REHEARSAL_DIR) \
+	$(if $(filter slurm,$(PROFILE)),$(LOCAL_SLURM),$(FORKED)) $(BIN)/snakemake --profile $(REHEARSE_PROFILE) --directory $(REHEARSAL_DIR) \
 		results/run_summary.md $(SNAKEMAKE_ARGS) --config scale=rehearsal $(CONFIG)
 	$(if $(filter -n --dry-run --dryrun,$(SNAKEMAKE_ARGS)),,cat $(REHEARSAL_DIR)/results/run_summary.md)
 

@@ -4,7 +4,7 @@ with a tiny BERT), as ``make bench`` would run it, writing only under the folder
 test_benchmarks.py checks what a run recorded. The runs are started by the session's background
 builder (tiny_run.py) once it has built the tiny runs, on the core the tests leave free, or by
 the test's fixture where there is no builder. A smoke is a fork of the job zygote that the
-builder's runs use (drpipe_zygote.py: torch, transformers and drpipe already imported, ~3 s
+builder's runs use (drpipe.forkserver: torch, transformers and drpipe already imported, ~3 s
 of CPU a benchmark would spend importing them), or a process of its own where that is off
 (DRPIPE_TEST_ZYGOTE=0).
 """
@@ -19,8 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-import drpipe_zygote
 from workflow_util import REPO, RUNS_ZYGOTE, mirror_dir, tool_env
+
+from drpipe import forkserver
 
 BENCHMARKS = sorted((REPO / "benchmarks").glob("bench_*.py"))
 RECORD = "record.json"
@@ -104,9 +105,9 @@ def run_smoke(bench: Path, work: Path, core: int = -1) -> Path:
     t0 = time.perf_counter()
     # A fork of the job zygote that the builder's runs used (torch and drpipe imported), where
     # it is on; `python` itself where it is off or cannot be reached.
-    with drpipe_zygote.jobs_forked(tool_env(), keep=RUNS_ZYGOTE) as zygote:
+    with forkserver.jobs_forked(tool_env(), keep=RUNS_ZYGOTE) as zygote:
         if "DRPIPE_ZYGOTE" in zygote:
-            cmd = [sys.executable, "-I", str(Path(drpipe_zygote.__file__)), "python", *argv]
+            cmd = [sys.executable, "-I", str(Path(forkserver.__file__)), "python", *argv]
             env |= {"DRPIPE_ZYGOTE": zygote["DRPIPE_ZYGOTE"], "DRPIPE_REAL": sys.executable}
         else:
             cmd = [sys.executable, *argv]

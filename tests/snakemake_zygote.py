@@ -25,7 +25,7 @@ import os
 import sys
 from pathlib import Path
 
-from drpipe_zygote import become  # from tests/, still first on the path (stdlib only)
+from drpipe.forkserver import become
 
 # What the `snakemake` console script has first on its path: its own folder, not tests/.
 sys.path[0] = str(Path(sys.executable).parent)

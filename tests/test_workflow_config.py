@@ -303,7 +303,8 @@ def _make_snakemake_args(target: str, *assignments: str) -> list[str]:
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     line = next(ln for ln in out.replace("\\\n", " ").splitlines() if "snakemake --profile" in ln)
-    return shlex.split(line)[1:]
+    words = shlex.split(line)  # after the snakemake binary (a local run's comes forked)
+    return words[next(i for i, w in enumerate(words) if w.endswith("/snakemake")) + 1 :]
 
 
 @pytest.mark.parametrize(

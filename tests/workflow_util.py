@@ -16,7 +16,8 @@ from contextlib import nullcontext
 from pathlib import Path
 
 import yaml
-from drpipe_zygote import jobs_forked
+
+from drpipe.forkserver import jobs_forked
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")
@@ -116,7 +117,7 @@ class _Zygote:
 _ZYGOTE = _Zygote()
 
 
-# The job zygote (drpipe_zygote.py) that the builder's runs and the benchmarks' smokes share.
+# The job zygote (drpipe.forkserver) that the builder's runs and the benchmarks' smokes share.
 RUNS_ZYGOTE = "runs"
 
 
@@ -139,7 +140,7 @@ def snakemake(
 ) -> subprocess.CompletedProcess:
     """Run a checkout's Snakefile (this repository's by default) with results under
     ``workdir``. For another checkout, ``python_path`` puts its package first on PYTHONPATH.
-    ``fork_jobs``: the jobs' `drpipe` runs as forks of a preloaded process (drpipe_zygote.py),
+    ``fork_jobs``: the jobs' `drpipe` runs as forks of a preloaded process (drpipe.forkserver),
     for runs of many jobs; a name keeps that process for the next run given the same name."""
     # Targets and flags first: --configfile (below) takes every word after it.
     cmd = [

@@ -1,29 +1,35 @@
-"""The tiny runs' `drpipe` jobs as forks of one process that has torch, transformers' BERT and
-drpipe already imported (the tests' counterpart of snakemake_zygote.py, for jobs).
+"""A local run's `drpipe` jobs as forks of one process that has torch, transformers' BERT and
+drpipe already imported: `make run` (and `make squad`, `make seeds`, `make rehearse` without
+the SLURM profile) runs Snakemake under ``python -m drpipe.forkserver run -- snakemake ...``;
+``FORK=0`` runs every job as a process of its own.
 
-Each job that loads a model spends ~4 s of CPU importing torch and transformers before it does
-anything, and the background builder runs some 250 jobs on the two cores the tests share: that
-start-up was the largest single cost of `make test`. ``jobs_forked(env)`` starts a server for
-one Snakemake run and returns the environment to run it with: ``tests/zygote_bin`` first on
-PATH, whose `drpipe` is a small client (stdlib only) that hands the server its arguments,
-environment, working directory and standard streams (the descriptors themselves, so `2> log`
-and Snakemake's pipes are the job's own) and exits with the fork's status. A fork is otherwise
-a fresh `drpipe` process; what it cannot share with one is said here:
+Each job that loads a model spends ~4-5 s of CPU importing torch and transformers before it
+does anything (a rehearsal's question encoding: 6.7 s for 0.01 s of work). ``jobs_forked(env)``
+starts a server and returns the environment to run Snakemake with: a folder first on PATH whose
+`drpipe` is a small client (stdlib only) that hands the server its arguments, environment,
+working directory and standard streams (the descriptors themselves, so `2> log` and
+Snakemake's pipes are the job's own) and exits with the fork's status; Snakemake stopping the
+client stops the fork. A fork is otherwise a fresh `drpipe` process; what it cannot share with
+one is said here:
 
-- the hash seed (one per server): the two DPR runs that are compared byte for byte run under
-  servers of their own, hence different seeds (the other runs share the first one's server:
-  ``jobs_forked``'s ``keep``);
-- Snakemake's benchmark files time the client: wall time is the job's, memory and CPU are not.
+- the hash seed (one per server; no result depends on it: the tests compare two runs under two
+  servers byte for byte);
+- Snakemake's benchmark files time the client: wall time is the job's, memory and CPU are not
+  (``FORK=0`` for those);
+- the code: a server imports drpipe once, so an edit to the package during a run reaches the
+  jobs of the next run (Snakemake plans a run from the files as they were at its start, too).
 
 The server never runs a torch operation, so no OpenMP pool exists to break in a fork; it forks
-from one thread. ``DRPIPE_TEST_ZYGOTE=0`` turns it off (plain processes, as for the dry runs'
-zygote), and a client that cannot reach its server runs the real `drpipe` itself.
+from one thread, and never initialises CUDA (a cluster's jobs run as processes of their own:
+the SLURM profile does not use it). ``DRPIPE_TEST_ZYGOTE=0`` in the environment turns it off, and
+a client that cannot reach its server runs the real `drpipe` itself.
 
-The benchmarks' smokes (bench_smoke.py) run as forks of the same server, as `python -c CODE
-ARGS` (``drpipe_zygote.py python -c CODE ARGS``): each would otherwise import torch anew.
+The tests build their tiny runs and the benchmarks' smokes with it (tests/workflow_util.py;
+``forkserver.py python -c CODE ARGS`` for the smokes: each would otherwise import torch anew).
 
 Protocol: the client sends a length-prefixed JSON request {"argv", "env", "cwd", "python"} with
 its fds 0, 1 and 2 attached; the server answers the fork's pid on one line, then its exit code.
+The client runs as ``python -I forkserver.py client ARGS`` (stdlib only: no venv site import).
 """
 
 from __future__ import annotations
@@ -45,7 +51,6 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import NoReturn
 
-BIN = Path(__file__).resolve().with_name("zygote_bin")
 # What a job's `drpipe` imports before its work starts (one import that fails is skipped).
 PRELOAD = (
     "torch",
@@ -216,8 +221,15 @@ def client(argv: list[str], python: bool = False) -> int:
 def _start(
     env: dict[str, str], folder: str, preload: tuple[str, ...] = PRELOAD
 ) -> tuple[subprocess.Popen, str]:
-    """A server listening on a socket in ``folder`` (bound before this returns, or gone)."""
+    """A server listening on a socket in ``folder`` (bound before this returns, or gone), and
+    the client as ``folder/bin/drpipe``."""
     path = str(Path(folder) / "socket")
+    shim = Path(folder) / "bin" / "drpipe"
+    shim.parent.mkdir()
+    shim.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -I "{Path(__file__).resolve()}" client "$@"\n'
+    )
+    shim.chmod(0o755)
     server = subprocess.Popen([sys.executable, __file__, "serve", path, *preload],
                               stdin=subprocess.PIPE, env=env)  # fmt: skip
     for _ in range(200):  # bound before the first job asks (else it runs unforked)
@@ -267,7 +279,8 @@ def jobs_forked(env: dict[str, str], keep: str | None = None,
     real = Path(sys.executable).with_name("drpipe")
 
     def forked(path: str) -> dict[str, str]:
-        return {**env, "PATH": f"{BIN}{os.pathsep}{env['PATH']}", "DRPIPE_ZYGOTE": path,
+        shims = Path(path).with_name("bin")
+        return {**env, "PATH": f"{shims}{os.pathsep}{env['PATH']}", "DRPIPE_ZYGOTE": path,
                 "DRPIPE_REAL": str(real)}  # fmt: skip
 
     if keep is None:
@@ -287,8 +300,27 @@ def jobs_forked(env: dict[str, str], keep: str | None = None,
     yield forked(_KEPT[key][1])
 
 
+def run(argv: list[str], preload: tuple[str, ...] = PRELOAD) -> int:
+    """``argv`` (e.g. a Snakemake run) with its `drpipe` jobs forked from one server, stopped
+    when it exits; its exit status."""
+    if not argv:
+        raise SystemExit("usage: python -m drpipe.forkserver run [--preload M,M] -- COMMAND ...")
+    with jobs_forked(dict(os.environ), preload=preload) as env:
+        proc = subprocess.Popen(argv, env=env)
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:  # the command, in the same process group, stops its jobs
+                continue
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "serve":
         serve(sys.argv[2], tuple(sys.argv[3:]))
+    elif sys.argv[1] == "run":  # run [--preload M,M] [--] COMMAND ARGS...
+        args, modules = sys.argv[2:], PRELOAD
+        if args[:1] == ["--preload"]:
+            modules, args = tuple(filter(None, args[1].split(","))), args[2:]
+        sys.exit(run(args[1:] if args[:1] == ["--"] else args, modules))
     else:  # client: `drpipe ARGS`; python: `python -c CODE ARGS`
         sys.exit(client(sys.argv[2:], python=sys.argv[1] == "python"))

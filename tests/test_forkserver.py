@@ -1,5 +1,6 @@
-"""The tests' job zygote (drpipe_zygote.py) runs a `drpipe` job as the real command would:
-same exit status, same streams, and the real command where no server answers."""
+"""The job fork server (drpipe.forkserver: `make run`'s jobs, the tests' tiny runs) runs a
+`drpipe` job as the real command would: same exit status, same streams, the real command where
+no server answers, and `python -m drpipe.forkserver run -- CMD` runs CMD with it."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import drpipe_zygote
-from drpipe_zygote import jobs_forked
+from drpipe import forkserver
+from drpipe.forkserver import jobs_forked
 
 # Forking is what is tested, not the preload (the builder's runs use the whole one): the
 # servers here import only what `drpipe` itself does, not torch and the rest (~8 s of CPU).
@@ -30,7 +31,10 @@ def test_a_forked_job_has_the_real_commands_status_and_streams(tmp_path: Path) -
     env = ENV
     plain = _run("drpipe encode --bogus 2> plain.log", env, tmp_path)
     with jobs_forked(env, keep="runs", preload=LIGHT) as forked_env:
-        assert forked_env["PATH"].split(os.pathsep)[0].endswith("zygote_bin")
+        shims = Path(forked_env["PATH"].split(os.pathsep)[0])
+        assert (shims / "drpipe").is_file() and shims.parent == Path(
+            forked_env["DRPIPE_ZYGOTE"]
+        ).parent
         forked = _run("drpipe encode --bogus 2> forked.log", forked_env, tmp_path)
     with (
         jobs_forked(env, keep="runs", preload=LIGHT) as again,
@@ -42,8 +46,8 @@ def test_a_forked_job_has_the_real_commands_status_and_streams(tmp_path: Path) -
     assert (tmp_path / "forked.log").read_text() == (tmp_path / "plain.log").read_text()
     assert "--model" in (tmp_path / "forked.log").read_text()
     assert helped.returncode == 0 and "encode" in helped.stdout
-    servers = [server for server, _, _ in drpipe_zygote._KEPT.values()]
-    drpipe_zygote._stop_kept()  # what exiting runs
+    servers = [server for server, _, _ in forkserver._KEPT.values()]
+    forkserver._stop_kept()  # what exiting runs
     assert len(servers) == 2 and all(s.poll() is not None for s in servers)
     assert not Path(forked_env["DRPIPE_ZYGOTE"]).exists()
 
@@ -53,3 +57,29 @@ def test_without_a_server_the_client_runs_the_real_drpipe(tmp_path: Path) -> Non
         pass  # the server has stopped; its environment still names it
     done = _run("drpipe --help", env, tmp_path)
     assert done.returncode == 0 and "encode" in done.stdout
+
+
+def test_run_gives_a_command_forked_jobs_and_its_exit_status(tmp_path: Path) -> None:
+    """What `make run` does with Snakemake: the command's `drpipe` is the client, a job's
+    status is the command's, and the server is gone after it."""
+    script = (
+        "command -v drpipe > where.txt; drpipe encode --bogus 2> err.log; code=$?;"
+        ' echo "$DRPIPE_ZYGOTE" > socket.txt; exit $((code + 1))'
+    )
+    env = {k: v for k, v in ENV.items() if k != "DRPIPE_TEST_ZYGOTE"}
+    done = subprocess.run([sys.executable, "-m", "drpipe.forkserver", "run", "--preload",
+                           ",".join(LIGHT), "--", "sh", "-c", script], env=env, cwd=tmp_path,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 3  # drpipe's usage error (2), plus one
+    assert "--model" in (tmp_path / "err.log").read_text()
+    shim = Path((tmp_path / "where.txt").read_text().strip())
+    assert (
+        shim.name == "drpipe"
+        and shim.parent.parent == Path((tmp_path / "socket.txt").read_text().strip()).parent
+    )
+    assert not shim.parent.parent.exists()  # the server's folder, removed with it
+    off = {**env, "DRPIPE_TEST_ZYGOTE": "0"}
+    plain = subprocess.run([sys.executable, "-m", "drpipe.forkserver", "run", "--", "sh", "-c",
+                            "command -v drpipe"], env=off, cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert plain.stdout.strip() == str(Path(sys.executable).with_name("drpipe"))
