@@ -16,6 +16,10 @@ rule train:
         "results/benchmarks/rules/train/{run}/{train_set}.tsv"
     wildcard_constraints:
         run=TRAINED,
+    # Trainings first among ready jobs: each heads the longest chain of its method (encoding,
+    # retrieval, AOpt's rounds from DPR), whose jobs then fill the other cores; started late,
+    # a local run's last training ran alone with a core idle for ~2 minutes.
+    priority: 1
     conda:
         env(gpu=True)
     threads: C["threads"]
