@@ -53,24 +53,7 @@ def result_lines(path: Path) -> list[str]:
 # affinity was set, so their threads are set to it as a new process's would be.
 # Its CPU time (its own and its children's) goes to SMOKE_CPU_FILE at exit: with two smokes
 # at once, the builder's RUSAGE_CHILDREN would mix them.
-ONE_CORE = (
-    "import atexit, os, resource, runpy, sys\n"
-    "cores = sorted(os.sched_getaffinity(0))\n"
-    "os.sched_setaffinity(0, [cores[int(os.environ.get('SMOKE_CORE', '-1')) % len(cores)]])\n"
-    "if 'torch' in sys.modules:\n"
-    "    sys.modules['torch'].set_num_threads(len(os.sched_getaffinity(0)))\n"
-    "if 'faiss' in sys.modules:\n"
-    "    sys.modules['faiss'].omp_set_num_threads(len(os.sched_getaffinity(0)))\n"
-    "def _cpu():\n"
-    "    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF,"
-    " resource.RUSAGE_CHILDREN))\n"
-    "    with open(os.environ['SMOKE_CPU_FILE'], 'w') as f:\n"
-    "        f.write(str(own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime))\n"
-    "atexit.register(_cpu)\n"
-    "sys.argv = sys.argv[1:]\n"
-    "sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))\n"
-    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
-)
+ONE_CORE = Path(__file__).with_name("smoke_one_core.py")
 
 
 def _text(out: bytes | str | None) -> str:
@@ -101,7 +84,7 @@ def run_smoke(bench: Path, work: Path, core: int = -1) -> Path:
         "SMOKE_CORE": str(core),
         "SMOKE_CPU_FILE": str(work / "cpu-seconds"),
     }
-    argv = ["-c", ONE_CORE, str(bench), "--smoke", "--out", str(work / RESULT)]
+    argv = [str(ONE_CORE), str(bench), "--smoke", "--out", str(work / RESULT)]
     t0 = time.perf_counter()
     # A fork of the job zygote that the builder's runs used (torch and drpipe imported), where
     # it is on; `python` itself where it is off or cannot be reached.

@@ -25,7 +25,7 @@ the SLURM profile does not use it). ``DRPIPE_TEST_ZYGOTE=0`` in the environment 
 a client that cannot reach its server runs the real `drpipe` itself.
 
 The tests build their tiny runs and the benchmarks' smokes with it (tests/workflow_util.py;
-``forkserver.py python -c CODE ARGS`` for the smokes: each would otherwise import torch anew).
+``forkserver.py python SCRIPT ARGS`` for the smokes: each would otherwise import torch anew).
 
 Protocol: the client sends a length-prefixed JSON request {"argv", "env", "cwd", "python"} with
 its fds 0, 1 and 2 attached; the server answers the fork's pid on one line, then its exit code.
@@ -106,7 +106,7 @@ def become(request: dict, run: Callable[[], int | None]) -> NoReturn:
 
 def _drpipe(request: dict, fds: list[int], close: list[socket.socket]) -> int | None:
     """`drpipe ARGV` with the client's streams (the server's sockets closed first); or, for a
-    request with ``"python": true``, `python -c CODE ARGS...` (ARGV is ``-c CODE ARGS...``)."""
+    request with ``"python": true``, `python SCRIPT ARGS...` (ARGV is ``SCRIPT ARGS...``)."""
     for s in close:
         s.close()
     for fd, received in zip((0, 1, 2), fds, strict=True):
@@ -114,11 +114,13 @@ def _drpipe(request: dict, fds: list[int], close: list[socket.socket]) -> int | 
         os.close(received)
     argv = request["argv"]
     if request.get("python"):
-        if argv[:1] != ["-c"] or len(argv) < 2:
-            raise ValueError(f"a python request is -c CODE ARGS..., not {argv[:1]}")
-        sys.argv = ["-c", *argv[2:]]
-        sys.path[0] = ""  # as `python -c` has it: the working directory
-        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})  # noqa: S102
+        if not argv or argv[0].startswith("-"):
+            raise ValueError(f"a python request is SCRIPT ARGS..., not {argv[:1]}")
+        import runpy
+
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))  # as `python SCRIPT` has it
+        runpy.run_path(argv[0], run_name="__main__")
         return None
     sys.argv = ["drpipe", *argv]
     from drpipe.cli import main
@@ -188,7 +190,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
 
 
 def client(argv: list[str], python: bool = False) -> int:
-    """`drpipe ARGV` (``python``: `python ARGV`, ARGV being ``-c CODE ARGS...``) run by the
+    """`drpipe ARGV` (``python``: `python ARGV`, ARGV being ``SCRIPT ARGS...``) run by the
     server named in DRPIPE_ZYGOTE, or the real command (DRPIPE_REAL) if that is unreachable."""
     real = os.environ["DRPIPE_REAL"]
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -322,5 +324,5 @@ if __name__ == "__main__":
         if args[:1] == ["--preload"]:
             modules, args = tuple(filter(None, args[1].split(","))), args[2:]
         sys.exit(run(args[1:] if args[:1] == ["--"] else args, modules))
-    else:  # client: `drpipe ARGS`; python: `python -c CODE ARGS`
+    else:  # client: `drpipe ARGS`; python: `python SCRIPT ARGS`
         sys.exit(client(sys.argv[2:], python=sys.argv[1] == "python"))
