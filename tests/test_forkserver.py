@@ -43,7 +43,9 @@ def test_a_forked_job_has_the_real_commands_status_and_streams(tmp_path: Path) -
         helped = _run("drpipe --help", again, tmp_path)
     assert again["DRPIPE_ZYGOTE"] == forked_env["DRPIPE_ZYGOTE"] != other["DRPIPE_ZYGOTE"]
     assert forked.returncode == plain.returncode == 2
-    assert (tmp_path / "forked.log").read_text() == (tmp_path / "plain.log").read_text()
+    *job, usage = (tmp_path / "forked.log").read_text().splitlines(keepends=True)
+    assert "".join(job) == (tmp_path / "plain.log").read_text()  # and its memory and CPU:
+    assert usage.startswith("drpipe.forkserver: forked job: peak RSS ")
     assert "--model" in (tmp_path / "forked.log").read_text()
     assert helped.returncode == 0 and "encode" in helped.stdout
     servers = [server for server, _, _ in forkserver._KEPT.values()]
@@ -83,3 +85,33 @@ def test_run_gives_a_command_forked_jobs_and_its_exit_status(tmp_path: Path) -> 
                             "command -v drpipe"], env=off, cwd=tmp_path, capture_output=True,
                            text=True, timeout=300)  # fmt: skip
     assert plain.stdout.strip() == str(Path(sys.executable).with_name("drpipe"))
+
+
+def test_a_forked_jobs_log_ends_with_its_memory_and_cpu_which_the_audit_reads(tmp_path: Path):
+    """Snakemake's benchmark file measures the client of a forked job; the job writes its own
+    peak RSS and CPU as its log's last line, and the audit's and provenance's readers take
+    them from there (a plain job's log has no such line: its benchmark stands)."""
+    from drpipe.audit.timings import read_benchmark
+    from drpipe.provenance import rule_timings
+
+    logs, bench = tmp_path / "results/logs/encode", tmp_path / "results/benchmarks/rules/encode"
+    logs.mkdir(parents=True)
+    bench.mkdir(parents=True)
+    with jobs_forked(ENV, preload=LIGHT) as env:
+        _run(f"drpipe encode --bogus 2> {logs}/forked.log", env, tmp_path)
+    _run(f"drpipe encode --bogus 2> {logs}/plain.log", ENV, tmp_path)
+    usage = forkserver.fork_usage(logs / "forked.log")
+    assert usage is not None and usage["max_rss_mb"] > 10 and usage["cpu_seconds"] > 0
+    assert (logs / "forked.log").read_text().splitlines()[-1].startswith("drpipe.forkserver:")
+    assert forkserver.fork_usage(logs / "plain.log") is None
+    header = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    for name in ("forked", "plain"):  # what Snakemake wrote for a client: 17 MB, no CPU
+        (bench / f"{name}.tsv").write_text(
+            header + "143.6\t0:02:23\t17.59\t22\t8\t9\t0\t0\t0\t0.03\n"
+        )
+    forked, plain = (read_benchmark(bench / f"{n}.tsv") for n in ("forked", "plain"))
+    assert forked == {"seconds": 143.6, **usage}
+    assert plain == {"seconds": 143.6, "max_rss_mb": 17.59, "cpu_seconds": 0.03}
+    timings = rule_timings(tmp_path / "results/benchmarks/rules")
+    assert timings["encode/forked.tsv"]["max_rss_mb"] == usage["max_rss_mb"]
+    assert timings["encode/plain.tsv"]["max_rss_mb"] == 17.59

@@ -38,6 +38,7 @@ import atexit
 import gc
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -81,10 +82,44 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
     return json.loads(data[8 : 8 + size]), list(fds)
 
 
-def become(request: dict, run: Callable[[], int | None]) -> NoReturn:
+# The last line a forked job writes to its stderr (its log): what Snakemake's benchmark file,
+# which measures the client, cannot say. drpipe.audit and drpipe.provenance read it back.
+USAGE = "drpipe.forkserver: forked job: peak RSS {rss:.1f} MB, CPU {cpu:.2f} s"
+_USAGE = re.compile(
+    r"^drpipe\.forkserver: forked job: peak RSS ([0-9.]+) MB, CPU ([0-9.]+) s$", re.M
+)
+
+
+def fork_usage(log: str | Path) -> dict[str, float] | None:
+    """The peak RSS (MB) and CPU seconds a forked job wrote at the end of its log ``log``; None
+    for a job that ran as a process of its own (its benchmark file measured it)."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 4096))
+            tail = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    found = _USAGE.findall(tail)
+    return (
+        {"max_rss_mb": float(found[-1][0]), "cpu_seconds": float(found[-1][1])} if found else None
+    )
+
+
+def _write_usage() -> None:
+    import resource
+
+    own, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    cpu = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    rss = max(own.ru_maxrss, kids.ru_maxrss) / 1024  # KiB on Linux; MB as Snakemake's max_rss
+    print(USAGE.format(rss=rss, cpu=cpu), file=sys.stderr)
+
+
+def become(request: dict, run: Callable[[], int | None], usage: bool = False) -> NoReturn:
     """In a fork: take the request's working directory and environment, ``run()``, and exit
     as a process would (its status, SystemExit's code, 1 on an exception; atexit handlers and
-    buffered output flushed). Both zygotes' children end here."""
+    buffered output flushed). Both zygotes' children end here. ``usage``: end stderr with the
+    job's peak memory and CPU (``USAGE``)."""
     code = 1
     try:
         os.chdir(request["cwd"])
@@ -98,6 +133,8 @@ def become(request: dict, run: Callable[[], int | None]) -> NoReturn:
     finally:
         try:
             atexit._run_exitfuncs()  # what a normal exit runs (logging.shutdown and the like)
+            if usage:
+                _write_usage()
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
@@ -172,7 +209,8 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD) -> None:
             pid = os.fork()
             if pid == 0:
                 socks = [listener, conn, *children.values()]
-                become(request, lambda: _drpipe(request, fds, socks))  # noqa: B023 - runs now
+                become(request, lambda: _drpipe(request, fds, socks),  # noqa: B023 - runs now
+                       usage=not request.get("python"))  # fmt: skip
             for fd in fds:
                 os.close(fd)
             conn.sendall(f"{pid}\n".encode())

@@ -1,6 +1,8 @@
 """Wall time and peak memory of recorded jobs, from Snakemake's benchmark files
 (``results/benchmarks/rules/<rule>/<name>.tsv``, named like the job's log
-``results/logs/<rule>/<name>.log``)."""
+``results/logs/<rule>/<name>.log``); for a job forked from `make run`'s job server, whose
+benchmark file measured only the client, its memory and CPU from the last line of its log
+(drpipe.forkserver)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 
 from drpipe.audit.lineage import Lineage
 from drpipe.audit.metadata import Job
+from drpipe.forkserver import fork_usage
 
 
 def benchmark_file(job: Job) -> Path | None:
@@ -19,6 +22,16 @@ def benchmark_file(job: Job) -> Path | None:
         if logfile.startswith("results/logs/") and logfile.endswith(".log"):
             rel = logfile[len("results/logs/") : -len(".log")]
             return Path("results/benchmarks/rules") / f"{rel}.tsv"
+    return None
+
+
+def job_log(benchmark: Path) -> Path | None:
+    """The log of the job whose benchmark file is ``benchmark`` (…/benchmarks/rules/X.tsv ->
+    …/logs/X.log)."""
+    parts = Path(benchmark).parts
+    for i in range(len(parts) - 1):
+        if parts[i : i + 2] == ("benchmarks", "rules"):
+            return Path(*parts[:i], "logs", *parts[i + 2 :]).with_suffix(".log")
     return None
 
 
@@ -39,7 +52,10 @@ def read_benchmark(path: Path) -> dict[str, float] | None:
             return None
         return None if math.isnan(value) else value
 
-    return {"seconds": num("s"), "max_rss_mb": num("max_rss"), "cpu_seconds": num("cpu_time")}
+    out = {"seconds": num("s"), "max_rss_mb": num("max_rss"), "cpu_seconds": num("cpu_time")}
+    log = job_log(path)
+    forked = fork_usage(log) if log is not None else None
+    return {**out, **forked} if forked else out
 
 
 def runtime_by_rule(lineage: Lineage) -> dict[str, dict[str, Any]]:
