@@ -14,8 +14,8 @@ one is said here:
 
 - the hash seed (one per server; no result depends on it: the tests compare two runs under two
   servers byte for byte);
-- Snakemake's benchmark files time the client: wall time is the job's, memory and CPU are not
-  (``FORK=0`` for those);
+- Snakemake's benchmark files time the client: wall time is the job's, memory and CPU are not,
+  so a forked job ends its log with its own (``USAGE``, read back by ``fork_usage``);
 - the code: a server imports drpipe once, so an edit to the package during a run reaches the
   jobs of the next run (Snakemake plans a run from the files as they were at its start, too).
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import hashlib
 import logging
 import os
@@ -12,9 +11,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from drpipe.audit.timings import read_benchmark
 from drpipe.cliutil import add_cfg
 from drpipe.environment import cpu_info, environment, java_runtime, package_versions
-from drpipe.forkserver import fork_usage
 from drpipe.io import read_json, write_json
 
 log = logging.getLogger(__name__)
@@ -84,21 +83,16 @@ def hardware() -> dict[str, Any]:
 
 
 def rule_timings(bench_dir: Path) -> dict[str, dict[str, float]]:
-    """Wall time and peak RSS per job from Snakemake's ``benchmark:`` TSV files."""
+    """Wall time and peak RSS per job from Snakemake's ``benchmark:`` TSV files (a forked job's
+    peak RSS from its log: drpipe.audit.timings.read_benchmark)."""
     out = {}
     for tsv in sorted(bench_dir.rglob("*.tsv")):
-        with open(tsv) as fh:
-            rows = list(csv.DictReader(fh, delimiter="\t"))
-        if rows:
-            row = rows[-1]
-            rel = tsv.relative_to(bench_dir)
-            # a forked job's benchmark measured its client: its log's last line has its memory
-            forked = fork_usage(bench_dir.parent.parent / "logs" / rel.with_suffix(".log"))
-            out[str(rel)] = {
-                "seconds": float(row["s"]),
-                "max_rss_mb": forked["max_rss_mb"]
-                if forked
-                else float(row.get("max_rss") or "nan"),
+        timing = read_benchmark(tsv)
+        if timing:
+            rss = timing["max_rss_mb"]
+            out[str(tsv.relative_to(bench_dir))] = {
+                "seconds": timing["seconds"],
+                "max_rss_mb": float("nan") if rss is None else rss,
             }
     return out
 
