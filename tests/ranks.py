@@ -1,5 +1,5 @@
-"""Ranks of a torch.distributed group on CPU, for the DDP tests: two processes that
-torch.multiprocessing spawns, each with torchrun's environment and a gloo group, and a
+"""Ranks of a torch.distributed group on CPU, for the DDP tests: two processes forked from
+torch.multiprocessing's fork server, each with torchrun's environment and a gloo group, and a
 tolerance for comparing what they computed with one process."""
 
 from __future__ import annotations
@@ -22,13 +22,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn_ranks(worker: Callable, *args, world_size: int = 2, timeout: float = 300) -> None:
-    """``worker(rank, port, *args)`` in ``world_size`` processes; raises if one fails, or if
-    they have not all finished in ``timeout`` seconds (ranks that wait on a collective the
-    others never join hang rather than fail: they are killed, and the test fails)."""
+# What multiprocessing's fork server imports once for every rank of the session's gloo tests.
+RANK_PRELOAD = [
+    "torch",
+    "transformers.models.bert.modeling_bert",
+    "drpipe.cli",
+    "drpipe.training.loop",
+    "drpipe.methods.dcsr",
+    "drpipe.methods.xmoco",
+    "pytest",
+]
+
+
+def fork_ranks(worker: Callable, *args, world_size: int = 2, timeout: float = 300) -> None:
+    """``worker(rank, port, *args)`` in ``world_size`` processes forked from multiprocessing's
+    fork server; raises if one fails, or if they have not all finished in ``timeout`` seconds
+    (ranks that wait on a collective the others never join hang rather than fail: they are
+    killed, and the test fails). The server (one per session) imports RANK_PRELOAD once and runs
+    no torch operation, so no OpenMP pool is forked; a spawned rank spent ~5 s of CPU on those
+    imports. Each rank is still a process of its own in a real gloo group (the ranks share the
+    server's hash seed; the one-process reference they are compared with has its own)."""
+    import multiprocessing
+
     import torch.multiprocessing as mp
 
-    ctx = mp.spawn(worker, args=(free_port(), *args), nprocs=world_size, join=False)
+    multiprocessing.get_context("forkserver").set_forkserver_preload(RANK_PRELOAD)
+    ctx = mp.start_processes(worker, args=(free_port(), *args), nprocs=world_size, join=False,
+                             start_method="forkserver")  # fmt: skip
     deadline = time.monotonic() + timeout
     while not ctx.join(timeout=max(0.0, deadline - time.monotonic())):
         if time.monotonic() >= deadline:
@@ -38,7 +58,7 @@ def spawn_ranks(worker: Callable, *args, world_size: int = 2, timeout: float = 3
 
 
 def join_gloo(rank: int, port: int, world_size: int = 2) -> None:
-    """In a spawned process: torchrun's environment variables, one thread, a gloo group."""
+    """In a rank's process: torchrun's environment variables, one thread, a gloo group."""
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
@@ -49,7 +69,7 @@ def join_gloo(rank: int, port: int, world_size: int = 2) -> None:
 
 
 def leave_gloo() -> None:
-    """In a spawned process: wait for every rank, then leave the group (as training's
+    """In a rank's process: wait for every rank, then leave the group (as training's
     ``finish`` does). A rank that tears its group down while the other is still inside the
     last collective's exchange can abort in gloo's threads (seen once as SIGABRT)."""
     import torch.distributed as dist

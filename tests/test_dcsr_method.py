@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from ranks import assert_close_to_scale, join_gloo, leave_gloo, spawn_ranks
+from ranks import assert_close_to_scale, fork_ranks, join_gloo, leave_gloo
 from tiny_models import save_tiny_bert, truncated_minilm
 
 from drpipe.corpus.passages import PASSAGE_SCHEMA
@@ -586,7 +586,7 @@ def test_two_gloo_ranks_one_without_questions_match_one_process(
     gradients and the loss equal one process's on the whole global batch."""
     pool = [*examples[:3], _straddling(corpus)]
     paths = corpus["paths"]
-    spawn_ranks(_ddp_dcsr_worker, tiny_bert, paths, pool, str(tmp_path))
+    fork_ranks(_ddp_dcsr_worker, tiny_bert, paths, pool, str(tmp_path))
     torch.set_num_threads(1)
     loss, stats, grads = _one_step(tiny_bert, paths, pool, [0, 1, 2, 3], DistContext())
     assert stats["n_questions"] == 3  # the straddling one dropped here too

@@ -156,21 +156,27 @@ def test_environment_records_an_emulated_kind(monkeypatch):
     assert hardware()["cpu_emulated_kind"] == "avx2"
 
 
-# The children encode the passages the test writes (title, text pairs in JSON).
+# The children encode the passages the test writes (title, text pairs in JSON); the test runs
+# the same function itself for this CPU's kind where it is not emulated.
 ENCODE = """
 import json, sys
 import numpy as np, torch
 from drpipe.encoders import BiEncoder
-with open(sys.argv[3]) as fh:
-    pairs = json.load(fh)
-bi = BiEncoder.from_init(sys.argv[2], pooling="mean", tied=True, max_passage_len=128)
-out = {}
-for bits in sys.argv[4:]:
-    model = bi.for_inference("int8", int(bits))
-    with torch.inference_mode():
-        vec = model.passage(model.tokenize_passages([t for t, _ in pairs], [x for _, x in pairs]))
-    out[bits] = vec.float().numpy()
-np.savez(sys.argv[1], **out)
+
+def int8_vectors(init, pairs, bits):
+    bi = BiEncoder.from_init(init, pooling="mean", tied=True, max_passage_len=128)
+    out = {}
+    for b in bits:
+        model = bi.for_inference("int8", int(b))
+        with torch.inference_mode():
+            vec = model.passage(model.tokenize_passages([t for t, _ in pairs], [x for _, x in pairs]))
+        out[str(b)] = vec.float().numpy()
+    return out
+
+if __name__ == "__main__":
+    with open(sys.argv[3]) as fh:
+        pairs = json.load(fh)
+    np.savez(sys.argv[1], **int8_vectors(sys.argv[2], pairs, sys.argv[4:]))
 """
 
 
@@ -183,8 +189,8 @@ def test_int8_vectors_follow_the_kernels_not_only_the_width(tmp_path, data_mirro
     import numpy as np
     from tiny_models import save_tiny_bert
 
-    # One thread each: three processes at once on a 2-core machine. Without CPUID_MASK: the
-    # first process runs as this CPU even where the suite itself runs emulated
+    # One thread each: three processes at once on a 2-core machine. Without CPUID_MASK: a child
+    # for this CPU's kind runs as this CPU where the suite itself runs emulated
     # (`emulate_cpu.py avx2 -- make test`), and each emulated one as its own kind.
     env = {**{k: v for k, v in os.environ.items() if k != "CPUID_MASK"}, "TMPDIR": str(tmp_path),
            "DATA_MIRROR": str(data_mirror), "OMP_NUM_THREADS": "1"}  # fmt: skip
@@ -209,9 +215,24 @@ def test_int8_vectors_follow_the_kernels_not_only_the_width(tmp_path, data_mirro
         assert code == 0, out.with_suffix(".err").read_text()[-2000:]
         return dict(np.load(out))
 
-    # One process per kind, all at once (separate processes: each kind is fixed at start-up)
-    started = [start(None, 7, 8), start("avx512_vnni", 8), start("avx2", 7)]
-    native, vnni, avx2 = (result(*s) for s in started)
+    def here(*bits: int) -> dict[str, np.ndarray]:
+        """This CPU's kind in this process (its imports are paid): one thread, as a child's."""
+        import torch
+
+        code: dict = {"__name__": "int8_vectors"}
+        exec(ENCODE, code)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return code["int8_vectors"](init, pairs, bits)
+        finally:
+            torch.set_num_threads(threads)
+
+    # One process per kind, all at once (separate processes: each kind is fixed at start-up);
+    # this CPU's own in this one unless the suite runs emulated.
+    emulated = [start("avx512_vnni", 8), start("avx2", 7)]
+    native = result(*start(None, 7, 8)) if "CPUID_MASK" in os.environ else here(7, 8)
+    vnni, avx2 = (result(*s) for s in emulated)
     native7, native8 = native["7"], native["8"]
     vnni8, avx2_7 = vnni["8"], avx2["7"]
     cos = (

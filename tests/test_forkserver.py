@@ -5,9 +5,12 @@ no server answers, and `python -m drpipe.forkserver run -- CMD` runs CMD with it
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from drpipe import forkserver
 from drpipe.forkserver import jobs_forked
@@ -25,11 +28,19 @@ def _run(cmd: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=300)  # fmt: skip
 
 
-def test_a_forked_job_has_the_real_commands_status_and_streams(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """`drpipe encode --bogus` run by the real command, and its log: one run (~1 s of CPU) for
+    both tests that compare a forked job with it."""
+    cwd = tmp_path_factory.mktemp("plain")
+    return _run("drpipe encode --bogus 2> plain.log", ENV, cwd), cwd / "plain.log"
+
+
+def test_a_forked_job_has_the_real_commands_status_and_streams(tmp_path: Path, plain_run) -> None:
     """... by a server kept between runs by name (tiny_run's runs share one), which another
     name does not share and which stops when this process would exit."""
     env = ENV
-    plain = _run("drpipe encode --bogus 2> plain.log", env, tmp_path)
+    plain, plain_log = plain_run
     with jobs_forked(env, keep="runs", preload=LIGHT) as forked_env:
         shims = Path(forked_env["PATH"].split(os.pathsep)[0])
         assert (shims / "drpipe").is_file() and shims.parent == Path(
@@ -44,7 +55,7 @@ def test_a_forked_job_has_the_real_commands_status_and_streams(tmp_path: Path) -
     assert again["DRPIPE_ZYGOTE"] == forked_env["DRPIPE_ZYGOTE"] != other["DRPIPE_ZYGOTE"]
     assert forked.returncode == plain.returncode == 2
     *job, usage = (tmp_path / "forked.log").read_text().splitlines(keepends=True)
-    assert "".join(job) == (tmp_path / "plain.log").read_text()  # and its memory and CPU:
+    assert "".join(job) == plain_log.read_text()  # and its memory and CPU:
     assert usage.startswith("drpipe.forkserver: forked job: peak RSS ")
     assert "--model" in (tmp_path / "forked.log").read_text()
     assert helped.returncode == 0 and "encode" in helped.stdout
@@ -87,7 +98,9 @@ def test_run_gives_a_command_forked_jobs_and_its_exit_status(tmp_path: Path) -> 
     assert plain.stdout.strip() == str(Path(sys.executable).with_name("drpipe"))
 
 
-def test_a_forked_jobs_log_ends_with_its_memory_and_cpu_which_the_audit_reads(tmp_path: Path):
+def test_a_forked_jobs_log_ends_with_its_memory_and_cpu_which_the_audit_reads(
+    tmp_path: Path, plain_run
+):
     """Snakemake's benchmark file measures the client of a forked job; the job writes its own
     peak RSS and CPU as its log's last line, and the audit's and provenance's readers take
     them from there (a plain job's log has no such line: its benchmark stands)."""
@@ -99,7 +112,7 @@ def test_a_forked_jobs_log_ends_with_its_memory_and_cpu_which_the_audit_reads(tm
     bench.mkdir(parents=True)
     with jobs_forked(ENV, preload=LIGHT) as env:
         _run(f"drpipe encode --bogus 2> {logs}/forked.log", env, tmp_path)
-    _run(f"drpipe encode --bogus 2> {logs}/plain.log", ENV, tmp_path)
+    shutil.copy(plain_run[1], logs / "plain.log")  # the same job run plainly
     usage = forkserver.fork_usage(logs / "forked.log")
     assert usage is not None and usage["max_rss_mb"] > 10 and usage["cpu_seconds"] > 0
     assert (logs / "forked.log").read_text().splitlines()[-1].startswith("drpipe.forkserver:")

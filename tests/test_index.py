@@ -1,6 +1,6 @@
 """FAISS indexes built from embedding shards: HNSW vs exact, IVF-PQ, pid mapping, sharding.
 
-Real vectors, computed once per module: the first 2,000 SQuAD dev paragraphs encoded by
+Real vectors, computed once per module: the first 1,000 SQuAD dev paragraphs encoded by
 ``drpipe.encode`` with the packaged all-MiniLM-L6-v2 (mean pooling) at a maximum of 24 tokens
 (title and opening words: keeps the encode to seconds on 2 cores; paragraphs of one article
 share their title, so the vectors crowd together, which is the harder case for HNSW), and 100

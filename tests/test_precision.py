@@ -14,7 +14,6 @@ import pytest
 import torch
 from test_retrieve import packaged_model_dir, squad_passages_and_questions
 from test_tables import ROW_MAP, metric, run_cli
-from tiny_models import truncated_minilm
 
 from drpipe import precision
 from drpipe.encode import encode_queries, encode_shard
@@ -145,8 +144,8 @@ def test_a_half_precision_checkpoint_loads_as_fp32_weights(tmp_path, half):
         assert torch.equal(got[k], v.float() if v.is_floating_point() else v), k
 
 
-def test_bad_precision_in_cfg_names_the_key(corpus, model, tmp_path):
-    model_dir, bi = model
+def test_bad_precision_in_cfg_names_the_key(corpus, tiny_model, tmp_path):
+    model_dir, bi = tiny_model
     with pytest.raises(SystemExit, match="precision must be one of"):
         encode_shard(model_dir, corpus / "passages.parquet", 0, 1, tmp_path / "x.npy",
                      {**ENC, "precision": "half"}, model=bi)  # fmt: skip
@@ -170,10 +169,16 @@ def model(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def small_model(tmp_path_factory):
-    """all-MiniLM-L6-v2's first two layers: for what a setting selects, not for accuracy."""
-    path = tmp_path_factory.mktemp("small_model")
-    return path, packaged_model_dir(path, str(truncated_minilm(2)))
+def tiny_model(tmp_path_factory, corpus):
+    """A random 2-layer BERT (hidden 32) of the corpus's words: for what int8's settings and
+    builds do, not for accuracy (an ONNX build in a tenth of the two-layer MiniLM's time)."""
+    from tiny_models import save_tiny_bert
+
+    rows = pq.read_table(corpus / "passages.parquet").to_pylist()
+    init = save_tiny_bert(tmp_path_factory.mktemp("tiny_bert"),
+                          [t for r in rows for t in (r["title"], r["text"])])  # fmt: skip
+    path = tmp_path_factory.mktemp("tiny_model")
+    return path, packaged_model_dir(path, init)
 
 
 @pytest.fixture(scope="module")
@@ -273,7 +278,7 @@ def test_int8_backend_names_a_width_that_is_not_this_cpus(monkeypatch):
         assert says is None or name.endswith(says), name
 
 
-def test_configured_7_bit_weights_are_what_auto_picks_without_vnni(corpus, small_model, tmp_path,
+def test_configured_7_bit_weights_are_what_auto_picks_without_vnni(corpus, tiny_model, tmp_path,
                                                                    monkeypatch):  # fmt: skip
     """``int8_weight_bits: 7`` on this CPU gives exactly the vectors this CPU gives when it is
     taken for one without VNNI (7 bits by ``auto``): the width is the setting's whole effect.
@@ -282,7 +287,7 @@ def test_configured_7_bit_weights_are_what_auto_picks_without_vnni(corpus, small
     Table 2's precision say 7-bit apart from 8-bit int8."""
     from drpipe.tables.precision import report_precision
 
-    model_dir, bi = small_model
+    model_dir, bi = tiny_model
     cfg = {**ENC, "precision": "int8"}
     paths = {k: tmp_path / f"{k}.npy" for k in ("seven", "eight", "native7")}
     seven = encode_shard(model_dir, corpus / "passages.parquet", 0, 1, paths["seven"],
@@ -304,12 +309,12 @@ def test_configured_7_bit_weights_are_what_auto_picks_without_vnni(corpus, small
                      {**cfg, "int8_weight_bits": 6}, model=bi)  # fmt: skip
 
 
-def test_int8_quantizes_a_copy_and_leaves_the_model_alone(model, monkeypatch):
+def test_int8_quantizes_a_copy_and_leaves_the_model_alone(tiny_model, monkeypatch):
     from torch.ao.nn.quantized.dynamic import Linear as QLinear
 
     from drpipe import quantize
 
-    _, bi = model
+    _, bi = tiny_model
     q = bi.for_inference("int8")
     assert q is not bi and q.tied and q.query is q.passage and q.method == bi.method
     assert isinstance(q.query.model, quantize.OnnxInt8)  # ONNX Runtime is installed
@@ -326,20 +331,20 @@ def test_int8_quantizes_a_copy_and_leaves_the_model_alone(model, monkeypatch):
     assert resolve_precision("int8", "cpu").report()["precision_backend"].startswith("torch ")
 
 
-def test_onnx_int8_is_fixed_to_the_inputs_of_its_first_batch(model):
+def test_onnx_int8_is_fixed_to_the_inputs_of_its_first_batch(tiny_model):
     from drpipe.quantize import OnnxInt8
 
-    _, bi = model
+    _, bi = tiny_model  # a BERT as MiniLM is, hidden size 32
     q = OnnxInt8(bi.query.model, ("last_hidden_state",))
     batch = bi.tokenize_queries(["who wrote it?", "where is the tower?"])
     out = q(**batch, return_dict=True).last_hidden_state  # non-tensor keywords are ignored
-    assert out.shape == (2, batch["input_ids"].shape[1], 384) and out.dtype == torch.float32
+    assert out.shape == (2, batch["input_ids"].shape[1], 32) and out.dtype == torch.float32
     with pytest.raises(ValueError, match="built for inputs"):
         q(input_ids=batch["input_ids"])
 
 
-def test_auto_on_a_faked_cpu_is_recorded_with_its_reason(corpus, model, tmp_path, monkeypatch):
-    model_dir, bi = model
+def test_auto_on_a_faked_cpu_is_recorded_with_its_reason(corpus, tiny_model, tmp_path, monkeypatch):
+    model_dir, bi = tiny_model
     small = tmp_path / "small.parquet"
     write_parquet(small, pq.read_table(corpus / "passages.parquet").slice(0, 4))
     for cpu, path in (("amx", "bf16"), ("avx2", "fp32"), ("arm", "fp32")):

@@ -13,7 +13,7 @@ import pytest
 import torch
 from ranks import assert_close_to_scale, nproc_cli_runs
 from test_evaluate import q, write_passages, write_run
-from tiny_models import PACKAGED_MINILM, truncated_minilm
+from tiny_models import PACKAGED_MINILM, save_tiny_bert, truncated_minilm
 
 from drpipe.cli import main
 from drpipe.qa.datasets import read_questions, write_questions
@@ -67,19 +67,40 @@ def reader():
     return build_reader(INIT, LIMITS, dropout=0.0, seed=3)
 
 
-@pytest.fixture(scope="module")
-def full_reader():
-    """On the whole packaged model: low precision's agreement with fp32 is measured on it."""
-    return build_reader(PACKAGED_MINILM, LIMITS, dropout=0.0, seed=3)
-
-
-@pytest.fixture()
-def files(tmp_path):
-    paths = {n: tmp_path / f"{n}.parquet" for n in ("passages", "questions", "run")}
+def _write_files(directory) -> dict:
+    paths = {n: directory / f"{n}.parquet" for n in ("passages", "questions", "run")}
     write_passages(paths["passages"], PASSAGES)
     write_questions(paths["questions"], QUESTIONS)
     write_run(paths["run"], RANKING)
     return paths
+
+
+@pytest.fixture()
+def files(tmp_path):
+    return _write_files(tmp_path)
+
+
+def _score_at(source, out, precision: str, bits) -> None:
+    """`reader score` of ``source``'s reader and files at ``precision``: ``out/PRECISION``
+    .parquet and .json."""
+    cfg = {"depth": 2, "precision": precision, "int8_weight_bits": bits}
+    assert main(["reader", "score", "--reader", str(source / "reader"),
+                 "--questions", str(source / "questions.parquet"),
+                 "--passages", str(source / "passages.parquet"),
+                 "--runs", str(source / "run.parquet"), "--out", str(out / f"{precision}.parquet"),
+                 "--report", str(out / f"{precision}.json"),
+                 "--cfg", json.dumps(cfg)]) == 0  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def full_reader_fp32(tmp_path_factory):
+    """The whole packaged model as a reader (low precision's agreement with fp32 is measured on
+    it), saved with the files and its fp32 scores: once for every precision compared."""
+    directory = tmp_path_factory.mktemp("full-reader")
+    build_reader(PACKAGED_MINILM, LIMITS, dropout=0.0, seed=3).save(directory / "reader")
+    _write_files(directory)
+    _score_at(directory, directory, "fp32", "auto")
+    return directory
 
 
 # ---- exact match
@@ -244,14 +265,25 @@ def test_examples_skip_and_count_questions_without_answer_passages(reader):
 # ---- training, saving, scoring
 
 CFG = {
-    "init": INIT, "passages": 3, "batch_size": 3, "epochs": 2, "lr": 1e-4, "warmup_steps": 0,
+    "passages": 3, "batch_size": 3, "epochs": 2, "lr": 1e-4, "warmup_steps": 0,
     "dropout": 0.0, "val_fraction": 0.15, "val_k": 2, "seed": 5, "bf16": "off", "threads": 1,
     **LIMITS,
 }  # fmt: skip
 
 
-def test_training_steps_lower_the_loss(files, tmp_path):
-    t = ReaderTrainer(files["run"], files["questions"], files["passages"], tmp_path / "r", CFG)
+@pytest.fixture(scope="module")
+def train_cfg(tmp_path_factory) -> dict:
+    """CFG with a random 2-layer BERT (hidden 32) with the words of PASSAGES and QUESTIONS: the
+    training tests check the loop, not accuracy, and each checkpoint of the MiniLM reader
+    (weights and Adam's moments, ~180 MB) cost ~0.5 s of CPU to write."""
+    texts = [f"T{p} {t}" for p, t in PASSAGES.items()] + [x["question"] for x in QUESTIONS]
+    return {**CFG, "init": save_tiny_bert(tmp_path_factory.mktemp("reader-bert"), texts)}
+
+
+def test_training_steps_lower_the_loss(files, tmp_path, train_cfg):
+    t = ReaderTrainer(
+        files["run"], files["questions"], files["passages"], tmp_path / "r", train_cfg
+    )
     assert t.counts["kept"] == len(t.examples) > 0
     idx = torch.arange(len(t.examples)).numpy()
 
@@ -267,14 +299,14 @@ def test_training_steps_lower_the_loss(files, tmp_path):
     assert loss_now() < before
 
 
-def test_a_failed_reader_validation_keeps_the_epochs_steps(files, tmp_path, monkeypatch):
+def test_a_failed_reader_validation_keeps_the_epochs_steps(files, tmp_path, monkeypatch, train_cfg):
     # Checkpoints every 100 steps, more than an epoch (as at paper scale): a validation that
     # fails after epoch 1 used to lose all of its steps.
     from drpipe.reader.train import ReaderTrainer
 
     args = [
         "reader", "train", "--run", str(files["run"]), "--questions", str(files["questions"]),
-        "--passages", str(files["passages"]), "--cfg", json.dumps(CFG), "--checkpoint-every",
+        "--passages", str(files["passages"]), "--cfg", json.dumps(train_cfg), "--checkpoint-every",
         "100", "--out", str(tmp_path / "r"), "--report", str(tmp_path / "r.json"),
     ]  # fmt: skip
     real = ReaderTrainer.validate
@@ -292,7 +324,7 @@ def test_a_failed_reader_validation_keeps_the_epochs_steps(files, tmp_path, monk
 
 
 @pytest.mark.both_cores
-def test_nproc_2_trains_the_reader_on_two_gloo_ranks_as_one_process(files, tmp_path):
+def test_nproc_2_trains_the_reader_on_two_gloo_ranks_as_one_process(files, tmp_path, train_cfg):
     """`drpipe reader train --nproc 2` (what the rule passes from the job's GPU count) relaunches
     itself under torchrun on two gloo ranks. Each rank reads its share of a global batch and
     gradients are summed: the losses logged (every rank's questions, not rank 0's alone), the
@@ -300,7 +332,7 @@ def test_nproc_2_trains_the_reader_on_two_gloo_ranks_as_one_process(files, tmp_p
     and the weights are those of one process."""
     # Dropout off (ranks draw different masks) and a larger Adam eps (Adam turns near-zero
     # gradients into steps of +-lr, magnifying float summation-order noise between 1 and 2).
-    cfg = {k: v for k, v in CFG.items() if k != "threads"} | {"adam_eps": 1e-3}
+    cfg = {k: v for k, v in train_cfg.items() if k != "threads"} | {"adam_eps": 1e-3}
     argv = ["reader", "train", "--run", str(files["run"]), "--questions",
             str(files["questions"]), "--passages", str(files["passages"]), "--cfg",
             json.dumps(cfg), "--checkpoint-every", "0", "--threads", "2"]  # fmt: skip
@@ -321,10 +353,13 @@ def test_nproc_2_trains_the_reader_on_two_gloo_ranks_as_one_process(files, tmp_p
         assert_close_to_scale(b[k], a[k], 1e-4, k, scale=top)
 
 
-def test_resume_after_kill_gives_identical_weights_and_reload_identical_scores(files, tmp_path):
+def test_resume_after_kill_gives_identical_weights_and_reload_identical_scores(
+    files, tmp_path, train_cfg
+):
     args = [
         "reader", "train", "--run", str(files["run"]), "--questions", str(files["questions"]),
-        "--passages", str(files["passages"]), "--cfg", json.dumps(CFG), "--checkpoint-every", "1",
+        "--passages", str(files["passages"]), "--cfg", json.dumps(train_cfg), "--checkpoint-every",
+        "1",
     ]  # fmt: skip
     assert main([*args, "--out", str(tmp_path / "full"), "--report", str(tmp_path / "f.json")]) == 0
     killed = [*args, "--out", str(tmp_path / "resumed"), "--report", str(tmp_path / "r.json")]
@@ -548,25 +583,19 @@ def test_k_view_cli_on_a_subsample_reuses_table4_scores_and_choose_k_refuses_tes
     [("bf16", "auto", "bf16"), ("int8", 8, "int8"), ("int8", 7, "int8 (7-bit weights)")],
 )
 def test_scoring_precision_paths_record_themselves_and_agree_with_fp32(
-    files, tmp_path, full_reader, precision, bits, label
+    tmp_path, full_reader_fp32, precision, bits, label
 ):
     # reader.precision (as encode.precision; int8's weight width as reader.int8_weight_bits):
     # each path scores every pair, the scores file and the report say which path ran, and its
-    # selection scores track fp32's.
-    full_reader.save(tmp_path / "reader")
+    # selection scores track fp32's (scored once for the three, by the fixture).
+    _score_at(full_reader_fp32, tmp_path, precision, bits)
     out = {}
-    for p, b, want in (("fp32", "auto", "fp32"), (precision, bits, label)):
-        cfg = {"depth": 2, "precision": p, "int8_weight_bits": b}
-        assert main(["reader", "score", "--reader", str(tmp_path / "reader"),
-                     "--questions", str(files["questions"]), "--passages", str(files["passages"]),
-                     "--runs", str(files["run"]), "--out", str(tmp_path / f"{p}.parquet"),
-                     "--report", str(tmp_path / f"{p}.json"),
-                     "--cfg", json.dumps(cfg)]) == 0  # fmt: skip
-        rep = json.loads((tmp_path / f"{p}.json").read_text())
+    for p, where, want in (("fp32", full_reader_fp32, "fp32"), (precision, tmp_path, label)):
+        rep = json.loads((where / f"{p}.json").read_text())
         assert (rep["precision"], rep["precision_setting"]) == (p, p)
         assert ("7-bit weights" in rep.get("precision_backend", "")) == (want != p)
-        assert scores_precision(tmp_path / f"{p}.parquet") == want
-        out[p] = read_scores(tmp_path / f"{p}.parquet")[0]
+        assert scores_precision(where / f"{p}.parquet") == want
+        out[p] = read_scores(where / f"{p}.parquet")[0]
     assert out[precision].keys() == out["fp32"].keys()
     a = np.array([out["fp32"][k]["select"] for k in sorted(out["fp32"])])
     b = np.array([out[precision][k]["select"] for k in sorted(out["fp32"])])

@@ -393,7 +393,10 @@ def test_down_kills_a_job_that_ignores_the_cancel(real_slurm_run):
         running = cluster.job_processes()
         assert any("sleep 300" in cmd for cmd in running.values()), (job, running)
     finally:
-        cluster.down()
+        # down gives each daemon, then the jobs' leftovers, `timeout` (at most 5 s) from TERM
+        # to KILL: the daemons stop in ~0.2 s; this job ignores TERM, so its grace is always
+        # waited out, and 2 s shows the KILL as well as the default's 5.
+        cluster.down(timeout=2.0)
     assert any("sleep 300" in cmd for cmd in cluster.leftovers.values()), cluster.leftovers
     assert any(cmd.startswith("slurmstepd") for cmd in cluster.leftovers.values()), (
         cluster.leftovers

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from ranks import assert_close_to_scale, join_gloo, leave_gloo, spawn_ranks
+from ranks import assert_close_to_scale, fork_ranks, join_gloo, leave_gloo
 from test_training import state_of
 from tiny_models import example_texts, save_tiny_bert, squad_examples
 
@@ -175,7 +175,7 @@ def ddp_cfg(init: str) -> dict:
 def test_two_gloo_ranks_hold_identical_queues_and_match_one_process(
     tmp_path, tiny_bert, train_file
 ):
-    spawn_ranks(_ddp_worker, tiny_bert, str(train_file), str(tmp_path))
+    fork_ranks(_ddp_worker, tiny_bert, str(train_file), str(tmp_path))
     r0, r1 = (torch.load(tmp_path / f"state-{r}.pt", weights_only=True) for r in (0, 1))
     assert r0.keys() == r1.keys()
     for k in r0:
