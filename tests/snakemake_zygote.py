@@ -14,6 +14,11 @@ of this one. Only requests with the zygote's own PYTHONPATH come here (workflow_
 drpipe a child finds is the one it would import itself; a module named in PRELOAD that does not
 import is left to the child.
 
+With ``--bare`` it serves the requests of other checkouts (another PYTHONPATH: the plug-in and
+guide tests' copies): it preloads none of drpipe, and each child drops the drpipe modules the
+zygote holds and puts the request's PYTHONPATH where a new process has it, so the Snakefile
+imports that checkout's drpipe. Snakemake's and torch's imports are still spared.
+
 Protocol, one JSON request per line on stdin: {"argv", "env", "cwd", "stdout", "stderr"}; the
 zygote answers the child's pid on one line, then its exit status and CPU seconds on the next.
 """
@@ -67,8 +72,16 @@ PRELOAD = (
 )
 
 
+# Serving other checkouts (module docstring).
+BARE = sys.argv[1:] == ["--bare"]
+# This process's own PYTHONPATH entries (a child of the bare zygote swaps them for its request's).
+_OWN_PATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
 def _preload() -> None:
     for name in PRELOAD:
+        if BARE and name.split(".")[0] == "drpipe":
+            continue
         try:
             importlib.import_module(name)
         except Exception as exc:  # noqa: BLE001 - the child imports it, and reports what fails
@@ -87,8 +100,22 @@ def _snakemake(request: dict) -> None:
                            (1, request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
                            (2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):  # fmt: skip
         os.dup2(os.open(path, mode, 0o644), fd)
+    if BARE:
+        _take_pythonpath(request["env"].get("PYTHONPATH", ""))
     sys.argv = list(request["argv"])
     snakemake.cli.main(sys.argv[1:])
+
+
+def _take_pythonpath(value: str) -> None:
+    """sys.path as a new process with PYTHONPATH ``value`` has it (its entries after the
+    script's folder), and no drpipe module loaded: the next import finds that checkout's."""
+    for entry in _OWN_PATH:
+        if entry in sys.path[1:]:
+            sys.path.remove(entry)
+    sys.path[1:1] = [p for p in value.split(os.pathsep) if p]
+    for name in [m for m in sys.modules if m == "drpipe" or m.startswith("drpipe.")]:
+        del sys.modules[name]
+    importlib.invalidate_caches()
 
 
 def main() -> None:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 import tiny_run as runs
-from workflow_util import REPO, planned_jobs
+from slurm_run import PAPER_PLAN_TARGETS
+from workflow_util import REPO, plan_jobs, planned_jobs
 
 from drpipe.config import ConfigError, read_defaults, scale_overlay, split_run_name
 from drpipe.corpus.sources import iter_dpr_tsv
@@ -125,14 +126,17 @@ SUBSETS = {"subsets/n600": "subsets/n1050000", "subsets/n150": "subsets/n100000"
 
 
 @pytest.mark.slow
-def test_rehearsal_dag_is_the_paper_dag(tmp_path: Path) -> None:
-    """Job for job the paper scale's (one encoding shard, as the rehearsal), but for where the
-    inputs come from: every paper input the paper fetches is fetched or stood in for."""
-    (tmp_path / "p").mkdir()
+def test_rehearsal_dag_is_the_paper_dag(tmp_path: Path, slurm_paper_plan: Path) -> None:
+    """Job for job the paper scale's (the session's shared plan of the same targets, the jobs
+    of its shards but the first left out: the rehearsal has one), but for where the inputs
+    come from: every paper input the paper fetches is fetched or stood in for."""
+    assert PAPER_PLAN_TARGETS == TARGETS
+    paper = {
+        (job["rule"], job["output"][0])
+        for job in plan_jobs(slurm_paper_plan)
+        if re.search(r"/shard-(?!0\.)\d+\.", job["output"][0]) is None
+    }
     (tmp_path / "r").mkdir()
-    paper = planned_jobs(
-        tmp_path / "p", *TARGETS, overlay={"scale": "paper", "encode": {"shards": 1}}
-    )
     rehearsal = planned_jobs(tmp_path / "r", *TARGETS, overlay={"scale": "rehearsal"})
 
     def norm(out: str) -> str:

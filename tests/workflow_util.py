@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -57,9 +58,11 @@ def copy_checkout(dest: Path) -> Path:
 
 class _Zygote:
     """Client of snakemake_zygote.py: runs a `snakemake` command as a fork of a process that
-    has Snakemake and torch imported (started on first use, one per pytest process)."""
+    has Snakemake and torch imported (started on first use, one per pytest process). ``bare``:
+    the zygote of other checkouts' commands (another PYTHONPATH), which preloads no drpipe."""
 
-    def __init__(self) -> None:
+    def __init__(self, bare: bool = False) -> None:
+        self.bare = bare
         self.proc: subprocess.Popen | None = None
         self.pythonpath: str | None = None
         self.cpu_seconds = 0.0  # CPU of the children, which the pytest process's rusage misses
@@ -81,16 +84,18 @@ class _Zygote:
 
     def run(self, cmd: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess | None:
         """``cmd`` run by a fork of the zygote; None where a fork would not be the same as a
-        new process (another PYTHONPATH) or the zygote is not available."""
-        if self.off:
+        new process (the zygote's own PYTHONPATH, or, bare, another) or the zygote is not
+        available."""
+        if self.off or (env.get("PYTHONPATH") == os.environ.get("PYTHONPATH")) == self.bare:
             return None
         if self.proc is None or self.proc.poll() is not None:
             self.pythonpath = os.environ.get("PYTHONPATH")
             self.proc = subprocess.Popen(
-                [sys.executable, str(Path(__file__).with_name("snakemake_zygote.py"))],
+                [sys.executable, str(Path(__file__).with_name("snakemake_zygote.py")),
+                 *(["--bare"] if self.bare else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ},
             )  # fmt: skip
-        if env.get("PYTHONPATH") != self.pythonpath:
+        if not self.bare and env.get("PYTHONPATH") != self.pythonpath:
             return None
         with tempfile.TemporaryDirectory() as tmp:
             out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
@@ -115,6 +120,7 @@ class _Zygote:
 
 
 _ZYGOTE = _Zygote()
+_BARE_ZYGOTE = _Zygote(bare=True)
 
 
 # The job zygote (drpipe.forkserver) that the builder's runs and the benchmarks' smokes share.
@@ -175,7 +181,7 @@ def snakemake(
         env["PYTHONPATH"] = str(repo / "workflow")
     keep = fork_jobs if isinstance(fork_jobs, str) else None
     with jobs_forked(env, keep) if fork_jobs else nullcontext(env) as env:
-        proc = _ZYGOTE.run(cmd, env, timeout)
+        proc = _ZYGOTE.run(cmd, env, timeout) or _BARE_ZYGOTE.run(cmd, env, timeout)
         if proc is None:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if check and proc.returncode != 0:
@@ -283,10 +289,18 @@ def touched_run(
 def plan_jobs(plan_dir: Path) -> list[dict]:
     """The jobs of a dry run saved as ``plan_dir/plan.txt`` with its shell commands (the
     shared paper-scale plan, slurm_run.build_paper_plan): rule, input, output and log files
-    (drpipe.audit's parser), the shell command, its --cfg JSON text and the resources line."""
+    (drpipe.audit's parser), the shell command, its --cfg JSON text and the resources line.
+    Parsed once per file version (~3 s for the paper scale's 4,600 jobs; several tests read
+    it); the jobs are shared, not to be changed."""
+    path = (plan_dir / "plan.txt").resolve()
+    return list(_plan_jobs(path, path.stat().st_mtime_ns))
+
+
+@functools.cache
+def _plan_jobs(path: Path, mtime_ns: int) -> tuple[dict, ...]:
     from drpipe.audit.staleness import parse_dry_run
 
-    text = (plan_dir / "plan.txt").read_text()
+    text = path.read_text()
     blocks = [b for b in re.split(r"^(?=(?:local)?rule \w+:$)", text, flags=re.M)
               if re.match(r"(?:local)?rule (?!all:)\w+:$", b, flags=re.M)]  # fmt: skip
     jobs = parse_dry_run(text, commands=True)
@@ -295,4 +309,4 @@ def plan_jobs(plan_dir: Path) -> list[dict]:
         cfg = re.search(r"--cfg '([^']*)'", job["shell"] or "")
         job["cfg_text"] = cfg.group(1) if cfg else ""
         job["resources"] = (re.findall(r"^    resources: (.*)$", block, flags=re.M) or [""])[0]
-    return jobs
+    return tuple(jobs)
