@@ -119,6 +119,8 @@ _APT: subprocess.Popen | None = None
 EARLY_AT = 0.35
 # The threads this process had before it went to one beside the builder, and OMP_NUM_THREADS.
 _THREADS: tuple[int, str | None] | None = None
+# The runs of a builder started before collection (the whole suite's).
+_STARTED: list[str] | None = None
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m have deselected what will not run
@@ -137,7 +139,7 @@ def pytest_collection_modifyitems(config, items):
     first = [i for i in items if ready(i) == 0]
     where = {i.nodeid: n / max(1, len(first)) for n, i in enumerate(first)}
     # A module begun before that point ends before it: split, its module-scoped fixtures are
-    # set up twice (test_index's encoding of 2,000 real passages cost 23 s more).
+    # set up twice (test_index's encoding of real passages, twice, cost 23 s more).
     begun = {}
     for i in first:
         begun.setdefault(i.path, where[i.nodeid])
@@ -158,21 +160,56 @@ def pytest_collection_modifyitems(config, items):
 
     items.sort(key=order)  # stable: equal keys keep collection order
     names = [r for r in runs.ORDER if any(r in n for n in needs.values())]
+    if _STARTED is not None:  # the whole suite's, started before collection
+        missing = set(names) - set(_STARTED)
+        assert not missing, f"the builder started early builds none of {sorted(missing)}"
+        return
+    apt = any(i.get_closest_marker("system_packages") for i in items)
+    _start_background(config, names, apt)
+
+
+def _whole_suite(config) -> bool:
+    """Whether this session runs every test, as `make test` does (no path, keyword, marker
+    beyond the default, or rerun selection given): its builder can start before collection
+    (~15 s of one core's work, the other core idle) with every run."""
+    opt = config.option
+    return (
+        config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        and not opt.keyword
+        and opt.markexpr == "not extended"
+        and not opt.deselect
+        and not opt.ignore
+        and not getattr(opt, "lf", False)
+        and not getattr(opt, "failedfirst", False)
+        and not opt.collectonly
+    )
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own, which sets up the temporary folder
+def pytest_configure(config):
+    global _STARTED
+    if _whole_suite(config):
+        _STARTED = _start_background(config, list(runs.ORDER), apt=True)
+
+
+def _start_background(config, names: list[str], apt: bool) -> list[str] | None:
+    """The Anserini cache, the system packages (``apt``) and the builder of the runs
+    ``names``, started; the names the builder builds (None where it was not started)."""
+    global _BUILDER, _AOT
     factory = getattr(config, "_tmp_path_factory", None)  # pytest's own, as tmp_path uses
     if factory is None or config.getoption("collectonly"):
-        return
+        return None
     root = factory.getbasetemp()
     # Anserini's JVMs start from an ahead-of-time cache, named before any test or the builder
     # starts one (anserini_aot.py).
-    global _AOT
     _AOT = anserini_aot.start()
     # Debian's SLURM and Chromium, where the tests that use them run and they are missing:
     # installed beside the tests (system_packages.py); those tests wait for it.
-    if any(i.get_closest_marker("system_packages") for i in items):
+    if apt:
         global _APT
         _APT = system_packages.start_install(root / "apt-install.log")
     if not names or not mirror_dir().is_dir():
-        return
+        return None
     # One thread per process from here on, the builder's jobs included (workflow_util passes
     # --max-threads 1): two multi-threaded torch processes on two cores spin against each other
     # (a MiniLM test measured 13 s alone, 76 s beside the builder's two-thread jobs).
@@ -186,6 +223,7 @@ def pytest_collection_modifyitems(config, items):
         [sys.executable, str(Path(runs.__file__)), str(root), *names],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
+    return names
 
 
 def _set_threads(n: int) -> None:
