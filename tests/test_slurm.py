@@ -10,9 +10,9 @@
   brought up by the session's builder (slurm_run.py) for a copy of the tiny DPR run, its
   mining forced to rerun: mining, training, encoding, index, retrieval, evaluation and
   Table 2 submitted through profiles/slurm with snakemake-executor-plugin-slurm. The first
-  training job is cancelled (`scancel`) after its first checkpoint. Then faults on the
-  evaluation job: a request the cluster cannot satisfy, Snakemake killed and restarted, a bad
-  input. Beside it, a training killed by its time limit. Where SLURM cannot run (not root, no
+  training job is cancelled (`scancel`) after its first checkpoint. Beside it, on copies of
+  their own: faults on the evaluation job (a request the cluster cannot satisfy, Snakemake
+  killed and restarted, a bad input), and a training killed by its time limit. Where SLURM cannot run (not root, no
   apt), these tests skip and say why.
 """
 
@@ -175,6 +175,13 @@ def _slurm(real_slurm_run: Path) -> dict:
     return result
 
 
+def _fault(real_slurm_run: Path, name: str) -> dict:
+    """The fault ``name`` of the run's faults (slurm_run._faults), which ran beside it."""
+    faults = _slurm(real_slurm_run)["faults"]
+    assert "error" not in faults, faults["error"]
+    return faults[name]
+
+
 def _job_stats(log: str) -> dict[str, int]:
     """Snakemake's "Job stats" table: jobs planned per rule."""
     block = log.split("Job stats:", 1)[1].split("total", 1)[0]
@@ -275,7 +282,7 @@ def test_the_local_cluster_is_torn_down_after_its_run(real_slurm_run):
 def test_a_job_failing_on_bad_input_reaches_the_user_with_its_log_and_is_retried_once(
     real_slurm_run,
 ):
-    fault = _slurm(real_slurm_run)["faults"]["bad_input"]
+    fault = _fault(real_slurm_run, "bad_input")
     assert fault["returncode"] != 0
     assert "Error in rule evaluate" in fault["log"]
     assert "Parquet magic bytes not found" in fault["log"]  # the job's own log, shown
@@ -291,7 +298,7 @@ def test_cluster_check_finds_a_request_the_cluster_cannot_satisfy_before_the_run
     (sbatch --test-only, nothing submitted). The profile's requests pass (training's GPU,
     the index's 192 GB); evaluation's 1 TB does not, and is named with sbatch's reason.
     Submitted, it would fail with the same message (docs/cluster.md)."""
-    check = _slurm(real_slurm_run)["faults"]["check"]
+    check = _fault(real_slurm_run, "check")
     assert check["returncode"] == 1, check["log"]
     head = re.search(r"(\d+) jobs, (\d+) distinct requests checked .*: (\d+) refused", check["log"])
     assert head, check["log"]
@@ -311,7 +318,7 @@ def test_a_killed_snakemake_restarted_submits_nothing_beside_its_earlier_jobs(
     again while that job is still queued (suspended), it stops and names the job. Started
     after the job has ended, it submits nothing again, and the per-question ranks are the
     local run's."""
-    killed = _slurm(real_slurm_run)["faults"]["killed"]
+    killed = _fault(real_slurm_run, "killed")
     assert "error" not in killed, killed
     orphan = killed["orphan"]
     assert killed["unlock"] == 0
@@ -341,8 +348,8 @@ def test_a_training_killed_at_its_time_limit_is_retried_with_the_same_limit_and_
     limit = _slurm(real_slurm_run)["time_limit"]
     assert "error" not in limit, limit["error"]
     assert limit["returncode"] == 0, limit["log"]
-    print(f"time-limit run: {limit['wall_s']:.0f} s beside the main run; waited for after the "
-          f"faults: {limit['waited_s']:.1f} s")  # fmt: skip
+    print(f"time-limit run: {limit['wall_s']:.0f} s beside the main run; the runs beside it "
+          f"waited for after it: {limit['waited_s']:.1f} s")  # fmt: skip
     jobs = limit["jobs"]
     assert [(rule_of(j["Comment"]), j["JobState"]) for j in jobs] == [
         ("train", "TIMEOUT"),
