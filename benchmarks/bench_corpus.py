@@ -124,6 +124,7 @@ def measure(dump: Path, work: Path, startup: dict) -> dict:
          "--report", str(work / "sent.json"), "--cfg", '{"splitter": "sentencizer"}']
     )  # fmt: skip
     report = json.loads(wiki_report.read_text())
+    net = wiki["seconds"] - startup["seconds"]
     n_passages = json.loads((work / "chunk.json").read_text())["passages"]
     xml_mb = report["uncompressed_bytes"] / MB
     bz2_mb = dump.stat().st_size / MB
@@ -139,10 +140,10 @@ def measure(dump: Path, work: Path, startup: dict) -> dict:
             "processes": PROCESSES,
             "xml_mb_per_s_per_core": round(xml_mb / wiki["seconds"] / PROCESSES, 3),
             "bz2_mb_per_s_per_core": round(bz2_mb / wiki["seconds"] / PROCESSES, 3),
-            "net_seconds": round(wiki["seconds"] - startup["seconds"], 3),
-            "net_xml_mb_per_s_per_core": round(
-                xml_mb / (wiki["seconds"] - startup["seconds"]) / PROCESSES, 3
-            ),
+            "net_seconds": round(net, 3),
+            # None where the step took no longer than a bare start-up (a smoke's dump of a
+            # few pages, on a loaded machine): there is no throughput to net out.
+            "net_xml_mb_per_s_per_core": round(xml_mb / net / PROCESSES, 3) if net > 0 else None,
             "pages_per_s": round(report["pages"] / wiki["seconds"], 1),
         },
         "chunk": {**chunk, "passages_per_s": round(n_passages / chunk["seconds"], 1)},
@@ -150,8 +151,14 @@ def measure(dump: Path, work: Path, startup: dict) -> dict:
     }
 
 
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def ratios(big: dict, small: dict) -> dict:
-    def r(step: str, key: str) -> float:
+    def r(step: str, key: str) -> float | None:
+        if big[step][key] is None or small[step][key] is None:
+            return None
         return round(big[step][key] / small[step][key], 3)
 
     return {
@@ -216,7 +223,7 @@ def main() -> int:
             f"{k}x: {r['dump_xml_mb']:.1f} MB XML ({r['dump_bz2_mb']:.2f} MB bz2), "
             f"{r['pages']} pages, {r['kept']} kept, {r['passages']} passages | "
             f"wiki {r['wiki']['seconds']:.1f} s, {r['wiki']['xml_mb_per_s_per_core']:.2f} MB/s/core "
-            f"(XML; net of start-up {r['wiki']['net_xml_mb_per_s_per_core']:.2f}), "
+            f"(XML; net of start-up {_number(r['wiki']['net_xml_mb_per_s_per_core'])}), "
             f"peak {r['wiki']['peak_rss_mib']:.0f} MiB | "
             f"chunk {r['chunk']['seconds']:.1f} s, peak {r['chunk']['peak_rss_mib']:.0f} MiB | "
             f"sentences {r['sentences']['passages_per_s']:.0f} psg/s, "
