@@ -181,7 +181,6 @@ def _whole_suite(config) -> bool:
         and not opt.ignore
         and not getattr(opt, "lf", False)
         and not getattr(opt, "failedfirst", False)
-        and not opt.collectonly
     )
 
 

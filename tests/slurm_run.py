@@ -228,9 +228,15 @@ def _env(cluster: LocalCluster) -> dict[str, str]:
                                 TOKENIZERS_PARALLELISM="false"))  # fmt: skip
 
 
+def _overlay_file(work: Path, overlay: dict) -> Path:
+    """``overlay`` with SLURM_OVERLAY, written as the run ``work``'s config file."""
+    path = work / "tiny.yaml"
+    path.write_text(yaml.safe_dump(deep_merge(overlay, SLURM_OVERLAY)))
+    return path
+
+
 def _run_through(cluster: LocalCluster, work: Path, where: Path, overlay: dict) -> dict:
-    overlay_file = work / "tiny.yaml"
-    overlay_file.write_text(yaml.safe_dump(deep_merge(overlay, SLURM_OVERLAY)))
+    overlay_file = _overlay_file(work, overlay)
     profile_dir = profile_with_overrides(where / "profile")
     cmd = slurm_cmd(work, profile_dir, overlay_file, TARGET, "--forcerun", FORCED)
     done, cancelled = threading.Event(), {}
@@ -311,8 +317,7 @@ def _time_limit_run(cluster: LocalCluster, dpr_run: Path, where: Path, overlay: 
     try:
         where.mkdir()
         work = copy_run(dpr_run, where / "work")
-        overlay_file = work / "tiny.yaml"
-        overlay_file.write_text(yaml.safe_dump(deep_merge(overlay, SLURM_OVERLAY)))
+        overlay_file = _overlay_file(work, overlay)
         prof = profile_with_overrides(where / "profile", TIME_LIMIT)
         cmd = slurm_cmd(work, prof, overlay_file, MODEL_REPORT, "--forcerun", "train")
         done = threading.Event()
@@ -396,7 +401,7 @@ def _faults_run(cluster: LocalCluster, dpr_run: Path, where: Path, overlay: dict
     try:
         where.mkdir(parents=True)
         work = copy_run(dpr_run, where / "work")
-        (work / "tiny.yaml").write_text(yaml.safe_dump(deep_merge(overlay, SLURM_OVERLAY)))
+        _overlay_file(work, overlay)
         profile_with_overrides(where / "profile")
         out.update(_faults(cluster, work, where, overlay))
     except Exception:  # noqa: BLE001 - the tests read it

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -203,9 +204,12 @@ def test_int8_vectors_follow_the_kernels_not_only_the_width(tmp_path, data_mirro
     pairs_file.write_text(json.dumps(pairs))
     init = save_tiny_bert(tmp_path / "tiny-bert", [t for pair in pairs for t in pair])
 
+    script = tmp_path / "encode_int8.py"
+    script.write_text(ENCODE)
+
     def start(kind: str | None, *bits: int) -> tuple[subprocess.Popen, Path]:
         out = tmp_path / f"{kind}.npz"
-        cmd = [sys.executable, "-c", ENCODE, str(out), init, str(pairs_file), *map(str, bits)]
+        cmd = [sys.executable, str(script), str(out), init, str(pairs_file), *map(str, bits)]
         cmd = [sys.executable, str(EMULATE), kind, "--", *cmd] if kind else cmd
         with out.with_suffix(".err").open("w") as err:  # the child keeps its own copy
             return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err), out
@@ -219,12 +223,11 @@ def test_int8_vectors_follow_the_kernels_not_only_the_width(tmp_path, data_mirro
         """This CPU's kind in this process (its imports are paid): one thread, as a child's."""
         import torch
 
-        code: dict = {"__name__": "int8_vectors"}
-        exec(ENCODE, code)
+        int8_vectors = runpy.run_path(str(script), run_name="int8_vectors")["int8_vectors"]
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            return code["int8_vectors"](init, pairs, bits)
+            return int8_vectors(init, pairs, bits)
         finally:
             torch.set_num_threads(threads)
 

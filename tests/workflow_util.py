@@ -86,17 +86,17 @@ class _Zygote:
         """``cmd`` run by a fork of the zygote; None where a fork would not be the same as a
         new process (the zygote's own PYTHONPATH, or, bare, another) or the zygote is not
         available."""
-        if self.off or (env.get("PYTHONPATH") == os.environ.get("PYTHONPATH")) == self.bare:
+        running = self.proc is not None and self.proc.poll() is None
+        own = self.pythonpath if running else os.environ.get("PYTHONPATH")
+        if self.off or (env.get("PYTHONPATH") == own) == self.bare:
             return None
-        if self.proc is None or self.proc.poll() is not None:
-            self.pythonpath = os.environ.get("PYTHONPATH")
+        if not running:
+            self.pythonpath = own
             self.proc = subprocess.Popen(
                 [sys.executable, str(Path(__file__).with_name("snakemake_zygote.py")),
                  *(["--bare"] if self.bare else [])],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**os.environ},
             )  # fmt: skip
-        if not self.bare and env.get("PYTHONPATH") != self.pythonpath:
-            return None
         with tempfile.TemporaryDirectory() as tmp:
             out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
             request = {"argv": cmd, "env": env, "cwd": os.getcwd(), "stdout": str(out),
