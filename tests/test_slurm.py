@@ -12,8 +12,8 @@
   Table 2 submitted through profiles/slurm with snakemake-executor-plugin-slurm. The first
   training job is cancelled (`scancel`) after its first checkpoint. Beside it, on copies of
   their own: faults on the evaluation job (a request the cluster cannot satisfy, Snakemake
-  killed and restarted, a bad input), and a training killed by its time limit. Where SLURM cannot run (not root, no
-  apt), these tests skip and say why.
+  killed and restarted, a bad input), and a training killed by its time limit. Where SLURM
+  cannot run (not root, no apt), these tests skip and say why.
 """
 
 from __future__ import annotations

@@ -242,7 +242,7 @@ def test_real_minilm_short_run_lowers_training_and_held_out_loss(tmp_path, data_
     from drpipe.methods import get_method
 
     method = get_method("xmoco", cfg)
-    full = {**cfg, "seed": 12345, "val_batch_size": 4, "batch_size": 4}
+    full = {**cfg, "seed": 12345, "val_batch_size": 4}
 
     def score(model, data) -> dict[str, float]:
         return validate(method, model, data, full, DistContext(), torch.device("cpu"), False)
