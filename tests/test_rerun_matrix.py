@@ -50,8 +50,10 @@ NO_RESULT_CHANGE = {
     # The transfer table is a target of its own: its block reruns nothing of the others.
     "transfer": {"transfer": {"collections": [], "runs": ["bm25"], "measures": ["RR@10"],
                               "depth": 50}},
-    # The seeds are targets of their own (make seeds): other seeds rerun nothing of the others.
-    "seeds.extra": {"seeds": {"extra": [21, 22]}},
+    # The seeds are targets of their own (make seeds): other seeds, or other claims tested
+    # over them, rerun nothing of the others.
+    "seeds.extra, seeds.claims": {"seeds": {"extra": [21, 22],
+                                            "claims": ["dpr_t2_hybrid_beats_dpr_on_squad"]}},
     # Own claims change only the claims table (make audit's, not among these targets).
     "own_claims": {"own_claims": [{"id": "own_bm25_beats_dpr", "sentence": "BM25 wins.",
                                    "scope": {"dataset": "squad"}, "a": {"run": "bm25"},

@@ -26,6 +26,7 @@ from drpipe.config import (
 from drpipe.errors import InputError
 from drpipe.seeds import (
     NOT_EVERY_SEED,
+    claim_seeds_inputs,
     claims_over_seeds,
     seeded_entry,
     seeds_table,
@@ -95,6 +96,34 @@ def test_claims_over_seeds_take_the_trained_retrieval_claims_only():
     files = plan.seeds_claims_inputs()
     assert "results/metrics/dpr.t3_gold_7_ib@s15/squad/squad-test.per_question.parquet" in files
     assert not any("answers" in f or "aopt" in f for f in files)
+
+
+HEADLINE = [
+    "dpr_t2_hybrid_beats_dpr_on_squad",
+    "xmoco_t2_xmoco_beats_dpr_on_squad",
+    "dcsr_t2_dcsr_beats_dpr_on_squad",
+]
+
+
+def test_the_squad_scale_tests_its_three_headline_claims_over_seeds():
+    """seeds.claims: squad trains again only DPR, xMoCo and DCSR (and reads BM25+DPR), for the
+    three headline claims; a claim that is not there or cannot be seeded fails at planning."""
+    plan = plan_of("squad")
+    assert sorted(plan.SEED_CLAIM_IDS) == sorted(HEADLINE)
+    files = plan.seeds_claims_inputs()
+    runs = {f.split("/")[2] for f in files}
+    seeded = ("", "@s14", "@s15")
+    hybrids = {f"dpr{s}+bm25" for s in seeded}
+    assert runs == {f"{r}{s}" for r in ("dpr", "xmoco", "dcsr") for s in seeded} | hybrids
+    # Every trained Table 2 row there is one of the headline claims' runs or their hybrids.
+    trained = {r["run"].split("+")[0] for r in plan.seeds_rows()}
+    assert trained == {"dpr", "xmoco", "dcsr"}
+    assert plan.seeds_claims_cfg()["only"] == plan.SEED_CLAIM_IDS
+    assert plan_of("mini").SEED_CLAIM_IDS is None
+    with pytest.raises(ConfigError, match=r"seeds\.claims: no claim 'dpr_t2_typo'"):
+        plan_of("squad", seeds={"extra": [14], "claims": ["dpr_t2_typo"]})
+    with pytest.raises(ConfigError, match=r"cannot be tested over seeds: about the reader"):
+        plan_of("squad", seeds={"extra": [14], "claims": ["dpr_t4_bm25_em_beats_dpr_on_squad"]})
 
 
 def _metrics(path, top, n=200):
@@ -183,6 +212,28 @@ def test_claims_over_seeds_average_each_questions_difference_over_the_seeds(tmp_
     )
     boot = paired_bootstrap(mean, 2000, 0)
     assert x["ci_low"] == pytest.approx(100 * boot["ci_low"], abs=1.0)
+
+
+def test_a_claim_outside_seeds_claims_is_listed_with_why_and_not_read(tmp_path):
+    results = tmp_path / "results"
+    for run in ("dpr", "xmoco", "dpr@s14", "xmoco@s14"):
+        _ranks(results / "metrics" / run / "squad" / "squad-test.per_question.parquet", [1, 2, 1])
+    scope = {"dataset": "squad", "split": "test", "train_set": "squad"}
+    resolved = [{"id": c, "scope": scope, "note": "", "reason": "",
+                 "a": {"run": "xmoco", "train_set": "squad", "label": "xmoco"},
+                 "b": {"run": "dpr", "train_set": "squad", "label": "dpr"}}
+                for c in ("tested", "left")]  # fmt: skip
+    claims, trained = [_claim("tested"), _claim("left")], "(?:dpr|xmoco)(?:@s[0-9]+)?"
+    frame = claims_over_seeds(claims, resolved, [13, 14], 13, trained, results,
+                              {"alpha": 0.05, "resamples": 200, "seed": 1},
+                              only=["tested"]).set_index("id")  # fmt: skip
+    assert frame.loc["tested", "verdict"] == "not significant"  # the same ranks: no difference
+    assert frame.loc["left", "verdict"] == "not tested"
+    assert "not in seeds.claims" in frame.loc["left", "reason"]
+    assert pd.isna(frame.loc["left", "p_holm"])
+    inputs = claim_seeds_inputs(resolved, claims, [13, 14], 13, trained, only=["left"])
+    assert len(inputs) == 4 and all("xmoco" in f or "dpr" in f for f in inputs)
+    assert claim_seeds_inputs(resolved, claims, [13, 14], 13, trained, only=[]) == []
 
 
 def test_a_missing_replica_says_which_seed_and_file(tmp_path):

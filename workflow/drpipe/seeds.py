@@ -22,6 +22,8 @@ rules. The run under the config's own ``seed`` is the run itself (no suffix, not
 
 Claims about the reader (EM) and about AOpt's rounds are left out with their reason: the
 reader and AOpt's rounds are not repeated per seed (they read the seed-``seed`` retriever).
+``seeds.claims`` names the claims to test (the squad scale's three headline claims); the others
+are listed with that reason, and only the named claims' runs are trained again.
 """
 
 from __future__ import annotations
@@ -76,12 +78,16 @@ def seeded_entry(entry: dict, seed: int, trained: str) -> dict:
     return out
 
 
-def why_not_seeded(claim: dict, entry: dict, trained: str) -> str:
-    """Why a claim is not tested over seeds ("" when it is): not resolved, about the reader, a
-    run that is not repeated per seed (AOpt's rounds, which read the ``{seed}`` run's vectors),
-    or no trained run compared."""
+def why_not_seeded(
+    claim: dict, entry: dict, trained: str, only: Sequence[str] | None = None
+) -> str:
+    """Why a claim is not tested over seeds ("" when it is): not resolved, not among ``only``
+    (``seeds.claims``), about the reader, a run that is not repeated per seed (AOpt's rounds,
+    which read the ``{seed}`` run's vectors), or no trained run compared."""
     if entry.get("reason"):
         return entry["reason"]
+    if only is not None and claim["id"] not in only:
+        return "not in seeds.claims, the claims this config tests over seeds"
     if claim["metric"] == EM:
         return "about the reader, which is not retrained per seed"
     runs = [entry[side]["run"] for side in ("a", "b")]
@@ -100,16 +106,17 @@ def why_not_seeded(claim: dict, entry: dict, trained: str) -> str:
 
 def claim_seeds_inputs(
     resolved: Sequence[dict], claims: Sequence[dict], seeds: Sequence[int], main_seed: int,
-    trained: str, results: str = "results",
+    trained: str, results: str = "results", only: Sequence[str] | None = None,
 ) -> list[str]:  # fmt: skip
-    """The per-question files ``drpipe seeds claims`` reads (rule inputs)."""
+    """The per-question files ``drpipe seeds claims`` reads (rule inputs); ``only``: the
+    claims tested over seeds (``seeds.claims``; None: every one whose runs are trained)."""
     from drpipe.claims.systems import per_question_file
 
     by_id = {c["id"]: c for c in claims}
     files = set()
     for entry in resolved:
         claim = by_id.get(entry["id"])
-        if claim is None or why_not_seeded(claim, entry, trained):
+        if claim is None or why_not_seeded(claim, entry, trained, only):
             continue
         for seed in seeds:
             e = entry if seed == main_seed else seeded_entry(entry, seed, trained)
@@ -210,8 +217,10 @@ def claims_over_seeds(
     trained: str,
     results: str | Path,
     defaults: dict,
+    only: Sequence[str] | None = None,
 ) -> pd.DataFrame:
-    """The claims-over-seeds table (see the module's docstring for the test and the verdicts)."""
+    """The claims-over-seeds table (see the module's docstring for the test and the verdicts);
+    a claim not among ``only`` (``seeds.claims``, None: all) is listed, not tested, with why."""
     alpha = float(defaults["alpha"])
     by_id = {e["id"]: e for e in resolved}
     rows: list[dict] = []
@@ -222,7 +231,7 @@ def claims_over_seeds(
             continue
         row = claim_row(claim, entry)
         row["seeds"] = " ".join(str(s) for s in seeds)
-        why = why_not_seeded(claim, entry, trained)
+        why = why_not_seeded(claim, entry, trained, only)
         if why:
             row["reason"] = why.replace("{seed}", str(main_seed))
             rows.append(row)
@@ -338,7 +347,7 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     seeds = [int(s) for s in cfg["seeds"]]
     frame = claims_over_seeds(
         claims, cfg["resolved"], seeds, int(cfg["main_seed"]), cfg["trained"], args.results,
-        defaults,
+        defaults, cfg.get("only"),
     )  # fmt: skip
     identity = run_identity(args.results)
     for key, value in identity.items():

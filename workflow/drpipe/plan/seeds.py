@@ -38,6 +38,13 @@ class SeedsPlan(PlanBase):
         skip = f"(?!{re.escape(released)}(?:$|@))" if released else ""
         return f"{skip}(?:{self.RUN})"
 
+    @cached_property
+    def SEED_CLAIM_IDS(self) -> list[str] | None:
+        """The claims tested over seeds (``seeds.claims``); None: every one whose runs are
+        trained."""
+        only = (self.C.get("seeds") or {}).get("claims")
+        return None if only is None else [str(i) for i in only]
+
     def check(self) -> None:
         super().check()
         extra = (self.C.get("seeds") or {}).get("extra") or []
@@ -46,6 +53,26 @@ class SeedsPlan(PlanBase):
                 f"key seeds.extra: {self.C['seed']} is the config's own seed (key seed), whose "
                 "runs are the tables' own; list only the other seeds"
             )
+        if self.SEED_CLAIM_IDS:  # named claims must exist: a typo would test nothing
+            known = [c["id"] for c in self.SEED_CLAIMS[0]]
+            unknown = [i for i in self.SEED_CLAIM_IDS if i not in known]
+            if unknown:
+                raise ConfigError(
+                    f"key seeds.claims: no claim {', '.join(map(repr, unknown))} in this "
+                    f"config's claims (claims.yaml and own_claims): {', '.join(known)}"
+                )
+            from drpipe.seeds import why_not_seeded
+
+            claims, resolved = self.SEED_CLAIMS
+            by_id = {e["id"]: e for e in resolved}
+            for claim in claims:
+                if claim["id"] in self.SEED_CLAIM_IDS:
+                    why = why_not_seeded(claim, by_id[claim["id"]], self.SEED_TRAINED)
+                    if why:
+                        raise ConfigError(
+                            f"key seeds.claims: {claim['id']!r} cannot be tested over seeds: "
+                            + why.replace("{seed}", str(self.SEEDS[0]))
+                        )
 
     def seed_run(self, run, seed):
         """``run`` under ``seed``: the run itself under the config's seed, else its replica."""
@@ -84,7 +111,10 @@ class SeedsPlan(PlanBase):
         from drpipe.seeds import claim_seeds_inputs
 
         claims, resolved = self.SEED_CLAIMS
-        return claim_seeds_inputs(resolved, claims, self.SEEDS, self.SEEDS[0], self.SEED_TRAINED)
+        return claim_seeds_inputs(
+            resolved, claims, self.SEEDS, self.SEEDS[0], self.SEED_TRAINED,
+            only=self.SEED_CLAIM_IDS,
+        )  # fmt: skip
 
     def seeds_claims_cfg(self):
         return {
@@ -93,4 +123,5 @@ class SeedsPlan(PlanBase):
             "seeds": self.SEEDS,
             "main_seed": self.SEEDS[0],
             "trained": self.SEED_TRAINED,
+            "only": self.SEED_CLAIM_IDS,
         }
