@@ -1,7 +1,7 @@
 """The real DAG, end to end, on a tiny slice of the real data; then what a config change reruns.
 
 Everything here is the production path: fetch from the mirror, dump cleaning, chunking,
-Anserini BM25, mining, DPR training of all-MiniLM-L6-v2 (its first two layers:
+Anserini BM25, mining, DPR training of all-MiniLM-L6-v2 (its first layer:
 tiny_models.truncated_minilm), sharded encoding, FAISS, dense and hybrid retrieval, evaluation
 and the tables. Only the sizes are small.
 """
