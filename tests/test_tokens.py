@@ -35,9 +35,9 @@ from drpipe.tokens import (
     tokenizer_hash,
 )
 
-# all-MiniLM-L6-v2's first two layers (the packaged tokenizer): equality of the two paths'
+# all-MiniLM-L6-v2's first layer (the packaged tokenizer): equality of the two paths'
 # vectors, bit for bit, needs no more layers, and they cost a third.
-MINILM = str(truncated_minilm(2))
+MINILM = str(truncated_minilm(1))
 N = 26  # passages: 2 shards of 13, blocks of 5 (blocks cross shards' row groups)
 ENC = {"batch_size": 4, "block_size": 5, "precision": "fp32", "threads": 1}
 MAX_LEN = 96
@@ -65,7 +65,7 @@ def corpus(tmp_path_factory, data_mirror):
 
 
 def _model_dir(path, **kw):
-    """A model directory of the MiniLM cut to two layers (weights linked, not copied)."""
+    """A model directory of the MiniLM cut to one layer (weights linked, not copied)."""
     bi = BiEncoder.from_init(MINILM, pooling="mean", tied=True, max_passage_len=MAX_LEN, **kw)
     path.mkdir()
     for side in ("query", "passage"):
