@@ -214,14 +214,14 @@ estimate: install
 	$(BIN)/drpipe estimate $(TARGET) --reference $(or $(FROM),.) --cores $(CORES) \
 		--snakemake-args "$(SNAKEMAKE_ARGS)$(if $(SCALE), --config scale=$(SCALE))"
 
-# A real SLURM for tests/test_slurm.py: Debian's slurmctld, slurmd and munge, installed where
-# this runs as root with apt-get (else those tests skip and say why).
 # glibc's malloc keeps what a process frees for reuse instead of unmapping it: otherwise each
 # training step's optimizer temporaries (the size of MiniLM's 47 MB embedding matrix, above
 # malloc's 32 MB mmap ceiling) are page-faulted and zeroed afresh. It changes no computed
 # value; the tests' CPU falls (docs/testing.md).
 MALLOC_REUSE = glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
 
+# A real SLURM for tests/test_slurm.py: Debian's slurmctld, slurmd and munge, installed where
+# this runs as root with apt-get (else those tests skip and say why).
 test: install
 	@tests/slurm/local-cluster install || echo "make test: no local SLURM; its tests will skip"
 	GLIBC_TUNABLES=$(MALLOC_REUSE) $(BIN)/pytest $(PYTEST_ARGS)

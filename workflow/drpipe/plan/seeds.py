@@ -53,26 +53,28 @@ class SeedsPlan(PlanBase):
                 f"key seeds.extra: {self.C['seed']} is the config's own seed (key seed), whose "
                 "runs are the tables' own; list only the other seeds"
             )
-        if self.SEED_CLAIM_IDS:  # named claims must exist: a typo would test nothing
-            known = [c["id"] for c in self.SEED_CLAIMS[0]]
-            unknown = [i for i in self.SEED_CLAIM_IDS if i not in known]
-            if unknown:
-                raise ConfigError(
-                    f"key seeds.claims: no claim {', '.join(map(repr, unknown))} in this "
-                    f"config's claims (claims.yaml and own_claims): {', '.join(known)}"
-                )
-            from drpipe.seeds import why_not_seeded
+        if self.SEED_CLAIM_IDS:  # named claims must exist and be testable: else none is
+            self._check_seed_claims()
 
-            claims, resolved = self.SEED_CLAIMS
-            by_id = {e["id"]: e for e in resolved}
-            for claim in claims:
-                if claim["id"] in self.SEED_CLAIM_IDS:
-                    why = why_not_seeded(claim, by_id[claim["id"]], self.SEED_TRAINED)
-                    if why:
-                        raise ConfigError(
-                            f"key seeds.claims: {claim['id']!r} cannot be tested over seeds: "
-                            + why.replace("{seed}", str(self.SEEDS[0]))
-                        )
+    def _check_seed_claims(self) -> None:
+        from drpipe.seeds import why_not_seeded
+
+        claims, resolved = self.SEED_CLAIMS
+        by_id = {c["id"]: c for c in claims}
+        unknown = [i for i in self.SEED_CLAIM_IDS if i not in by_id]
+        if unknown:
+            raise ConfigError(
+                f"key seeds.claims: no claim {', '.join(map(repr, unknown))} in this "
+                f"config's claims (claims.yaml and own_claims): {', '.join(by_id)}"
+            )
+        entries = {e["id"]: e for e in resolved}
+        for cid in self.SEED_CLAIM_IDS:
+            why = why_not_seeded(by_id[cid], entries[cid], self.SEED_TRAINED)
+            if why:
+                raise ConfigError(
+                    f"key seeds.claims: {cid!r} cannot be tested over seeds: "
+                    + why.replace("{seed}", str(self.SEEDS[0]))
+                )
 
     def seed_run(self, run, seed):
         """``run`` under ``seed``: the run itself under the config's seed, else its replica."""
