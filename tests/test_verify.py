@@ -109,21 +109,21 @@ def test_the_committed_references_say_how_they_were_made():
 
 
 def test_readme_quotes_the_reference_figures():
-    """Every mini figure README.md quotes (its Table 2 excerpt and its current-figures table)
-    is the committed bf16 reference's cell (docs/reference/mini/bf16/table2.csv): the README
-    shows the run of a CPU with AVX512-BF16, and says so in its notes."""
+    """Every figure README.md quotes (its Table 2 excerpt and its current-figures table, mini
+    and squad) is the committed bf16 reference's cell of its scale
+    (docs/reference/<scale>/bf16/table2.csv): the README shows the runs of a CPU with
+    AVX512-BF16, and says so in its notes."""
     import re
 
     text = (REPO / "README.md").read_text()
-    ref = pd.read_csv(REPO / "docs" / "reference" / "mini" / "bf16" / "table2.csv",
-                      keep_default_na=False, na_values=[""])  # fmt: skip
-    ref = ref[ref["protocol"] == "standard"].set_index("method")
+    ref = reference_rows("mini")
+    squad = reference_rows("squad")
     checked = 0
     # The excerpt: | training | method | squad (test, n=...) | top1 | top5 | top20 | paper | rank
     # | top100 | paper | mrr100 | notes |
     for line in re.findall(r"^\| (?:None|Single) \| [^|]+ \| squad \(test.*$", text, re.M):
         cells = [c.strip() for c in line.strip("|").split("|")]
-        row = ref.loc[cells[1]]
+        row = ref.loc[(cells[1], "standard")]
         ours = [cells[3], cells[4], cells[5], cells[8], cells[10]]
         cols = ["squad_top1", "squad_top5", "squad_top20", "squad_top100", "squad_mrr100"]
         assert [float(v) for v in ours] == [row[c] for c in cols], cells[1]
@@ -132,10 +132,45 @@ def test_readme_quotes_the_reference_figures():
         checked += 1
     # Current figures: | row | top-1 / top-20 / top-100 at mini | squad | paper |
     section = text.split("## Current figures", 1)[1].split("\n## ", 1)[0]
-    for method, mini in re.findall(r"^\| ([^|]+?) \| ([\d.]+ / [\d.]+ / [\d.]+) \|", section, re.M):
-        row = ref.loc[method]
-        assert [float(v) for v in mini.split(" / ")] == [
-            row["squad_top1"], row["squad_top20"], row["squad_top100"]
-        ], method  # fmt: skip
-        checked += 1
-    assert checked >= 8, checked
+    three = r"([\d.]+ / [\d.]+ / [\d.]+)"
+    for method, mini, at_squad in re.findall(
+        rf"^\| ([^|]+?) \| {three} \| {three} \|", section, re.M
+    ):
+        for scale, cells, rows in (("mini", mini, ref), ("squad", at_squad, squad)):
+            row = rows.loc[(method, "standard")]
+            assert [float(v) for v in cells.split(" / ")] == [
+                row["squad_top1"], row["squad_top20"], row["squad_top100"]
+            ], (method, scale)  # fmt: skip
+            checked += 1
+    assert checked >= 16, checked
+
+
+def reference_rows(scale: str) -> pd.DataFrame:
+    """The committed bf16 reference's Table 2 of a scale, by (method, protocol)."""
+    ref = pd.read_csv(REPO / "docs" / "reference" / scale / "bf16" / "table2.csv",
+                      keep_default_na=False, na_values=[""])  # fmt: skip
+    return ref.set_index(["method", "protocol"])
+
+
+def test_results_page_quotes_the_reference_figures():
+    """docs/results.md's current figures (top-1 / 5 / 20 / 100 at mini and at squad) are the
+    committed bf16 references' cells, row by row, the oracle rows included."""
+    import re
+
+    text = (REPO / "docs" / "results.md").read_text()
+    section = text.split("## Current figures", 1)[1].split("\n## ", 1)[0]
+    four = r"([\d.]+ / [\d.]+ / [\d.]+ / [\d.]+)"
+    refs = {"mini": reference_rows("mini"), "squad": reference_rows("squad")}
+    checked = 0
+    for label, mini, at_squad in re.findall(rf"^\| ([^|]+?) \| {four} \| {four}", section, re.M):
+        if label.startswith("DPR init"):
+            label = "DPR init (no fine-tuning)"
+        method, _, protocol = label.replace("**", "").partition(", ")
+        protocol = ("uses the test answers (oracle)" if protocol.startswith("oracle")
+                    else protocol or "standard")  # fmt: skip
+        for scale, cells in (("mini", mini), ("squad", at_squad)):
+            row = refs[scale].loc[(method, protocol)]
+            cols = ["squad_top1", "squad_top5", "squad_top20", "squad_top100"]
+            assert [float(v) for v in cells.split(" / ")] == [row[c] for c in cols], (label, scale)
+            checked += 1
+    assert checked == 2 * 13, checked
