@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import html.parser
 import json
+import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -18,6 +20,8 @@ import system_packages
 from drpipe.audit.render import render_csv_html
 
 REPO = Path(__file__).resolve().parents[1]
+# The browser test's screenshot (git ignores the folder); DRPIPE_TEST_ARTEFACTS moves it.
+ARTEFACTS = Path(os.environ.get("DRPIPE_TEST_ARTEFACTS", REPO / "test-artefacts"))
 
 
 class _Tables(html.parser.HTMLParser):
@@ -190,3 +194,7 @@ def test_report_renders_in_headless_chromium(report_run, chromium, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     # A blank page compresses to almost nothing; a rendered report does not.
     assert len(data) > 20000, len(data)
+    # Kept past the session (pytest removes a passed test's tmp_path) for a person to look at.
+    kept = ARTEFACTS / "report.png"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, kept)
