@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -113,8 +114,6 @@ def test_readme_quotes_the_reference_figures():
     and squad) is the committed bf16 reference's cell of its scale
     (docs/reference/<scale>/bf16/table2.csv): the README shows the runs of a CPU with
     AVX512-BF16, and says so in its notes."""
-    import re
-
     text = (REPO / "README.md").read_text()
     ref = reference_rows("mini")
     squad = reference_rows("squad")
@@ -131,7 +130,7 @@ def test_readme_quotes_the_reference_figures():
         assert (float(cells[6]) if cells[6] else None) == (None if pd.isna(paper) else paper)
         checked += 1
     # Current figures: | row | top-1 / top-20 / top-100 at mini | squad | paper |
-    section = text.split("## Current figures", 1)[1].split("\n## ", 1)[0]
+    section = current_figures(text)
     three = r"([\d.]+ / [\d.]+ / [\d.]+)"
     for method, mini, at_squad in re.findall(
         rf"^\| ([^|]+?) \| {three} \| {three} \|", section, re.M
@@ -145,6 +144,11 @@ def test_readme_quotes_the_reference_figures():
     assert checked >= 16, checked
 
 
+def current_figures(page: str) -> str:
+    """A page's "Current figures" section, up to the next heading of its level."""
+    return page.split("## Current figures", 1)[1].split("\n## ", 1)[0]
+
+
 def reference_rows(scale: str) -> pd.DataFrame:
     """The committed bf16 reference's Table 2 of a scale, by (method, protocol)."""
     ref = pd.read_csv(REPO / "docs" / "reference" / scale / "bf16" / "table2.csv",
@@ -155,10 +159,7 @@ def reference_rows(scale: str) -> pd.DataFrame:
 def test_results_page_quotes_the_reference_figures():
     """docs/results.md's current figures (top-1 / 5 / 20 / 100 at mini and at squad) are the
     committed bf16 references' cells, row by row, the oracle rows included."""
-    import re
-
-    text = (REPO / "docs" / "results.md").read_text()
-    section = text.split("## Current figures", 1)[1].split("\n## ", 1)[0]
+    section = current_figures((REPO / "docs" / "results.md").read_text())
     four = r"([\d.]+ / [\d.]+ / [\d.]+ / [\d.]+)"
     refs = {"mini": reference_rows("mini"), "squad": reference_rows("squad")}
     checked = 0
