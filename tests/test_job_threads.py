@@ -11,7 +11,7 @@ import pytest
 
 from drpipe.config import ConfigError, load_workflow_config
 from drpipe.environment import cpu_info
-from drpipe.job_threads import job_threads
+from drpipe.job_threads import FAST_BF16_FLAGS, job_threads
 from drpipe.runtime import runtime_paths
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +29,7 @@ def test_auto_is_one_thread_without_fast_bf16_and_two_with_it():
     # this machine's own flags; an emulated kind (benchmarks/emulate_cpu.py, which cpu_info
     # records) has no bf16 whatever /proc/cpuinfo says
     info = cpu_info()
-    fast = {"amx_bf16", "avx512_bf16"} & set(info["flags"]) and "emulated_kind" not in info
+    fast = bool(FAST_BF16_FLAGS & set(info["flags"])) and "emulated_kind" not in info
     assert job_threads("auto") == (2 if fast else 1)
 
 
