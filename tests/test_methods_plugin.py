@@ -189,6 +189,34 @@ def test_code_hash_follows_imports_and_declared_package_data(tmp_path):
     assert code_hash(train, root) != before["train"]
 
 
+def test_a_snapshot_reads_each_file_once_and_hashes_as_the_files_do(tmp_path, monkeypatch):
+    """A plan's hashes (one Snapshot for all of them) equal the hashes read from the files,
+    for every module of the package; the snapshot reads each file once and keeps what it read:
+    an edit after it is seen by a new snapshot, not by it."""
+    from drpipe import codehash
+
+    root = _package_copy(tmp_path)
+    modules = sorted(
+        ".".join(("drpipe", *p.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+        for p in root.rglob("*.py")
+    )
+    entries = [(m,) for m in modules] + [("drpipe.training", "drpipe.methods.dpr"),
+                                         ("drpipe.papers.table2", "drpipe.papers.dpr")]  # fmt: skip
+    reads = []
+    real_read = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: reads.append(self) or real_read(self))
+    snapshot = codehash.Snapshot(root)
+    hashed = [code_hash(e, snapshot=snapshot) for e in entries]
+    assert len(reads) == len(set(reads))
+    assert hashed == [code_hash(e, root) for e in entries]
+    train = entries[-2]
+    dpr = root / "methods" / "dpr.py"
+    dpr.write_text(dpr.read_text() + "#\n")
+    assert code_hash(train, snapshot=snapshot) == hashed[-2]
+    assert code_hash(train, snapshot=codehash.Snapshot(root)) == code_hash(train, root)
+    assert code_hash(train, root) != hashed[-2]
+
+
 def test_import_scans_are_cached_by_content_and_an_edit_is_scanned_again(tmp_path, monkeypatch):
     """What a file imports is read from the cache when its bytes are the same; an edited file
     is parsed again; a damaged cache is ignored. The hashes are the same either way."""

@@ -152,7 +152,57 @@ def closure(entries: Iterable[str], root: Path = ROOT) -> list[Path]:
     return sorted(_sources(entries, root))
 
 
-def _sources(entries: Iterable[str], root: Path) -> dict[Path, bytes | None]:
+class Snapshot:
+    """The package read once, for many hashes taken at one moment (one Snakefile parse asks
+    for some forty closures that share most of their files): each module's file, bytes and
+    scan, and each data glob's matches, kept for the snapshot's life. Without one, every hash
+    reads the files anew (a file edited between two hashes is seen)."""
+
+    def __init__(self, root: Path = ROOT) -> None:
+        self.root = root
+        self._modules: dict[str, tuple[Path, bytes, tuple[str, ...], tuple[str, ...]] | None]
+        self._modules = {}
+        self._globs: dict[str, list[Path]] = {}
+        self._names: dict[Path, bytes] = {}
+        self._data: dict[Path, bytes] = {}
+
+    def module(self, module: str) -> tuple[Path, bytes, tuple[str, ...], tuple[str, ...]] | None:
+        """(file, bytes, imported drpipe modules, PACKAGE_DATA globs), or None: not a module."""
+        if module not in self._modules:
+            self._modules[module] = _read_module(module, self.root)
+        return self._modules[module]
+
+    def glob(self, pattern: str) -> list[Path]:
+        if pattern not in self._globs:
+            self._globs[pattern] = sorted(self.root.glob(pattern))
+        return self._globs[pattern]
+
+    def data(self, f: Path) -> bytes:
+        """A data file's bytes."""
+        if f not in self._data:
+            self._data[f] = f.read_bytes()
+        return self._data[f]
+
+    def name(self, f: Path) -> bytes:
+        """A file's path relative to the package root, as hashed."""
+        if f not in self._names:
+            self._names[f] = str(f.relative_to(self.root)).encode()
+        return self._names[f]
+
+
+def _read_module(
+    module: str, root: Path
+) -> tuple[Path, bytes, tuple[str, ...], tuple[str, ...]] | None:
+    path = module_file(module, root)
+    if path is None:
+        return None
+    source = path.read_bytes()
+    return (path, source, *_scan(source, path, module))
+
+
+def _sources(
+    entries: Iterable[str], root: Path, snapshot: Snapshot | None = None
+) -> dict[Path, bytes | None]:
     """The closure's files, each source file with the bytes it was scanned from (data files:
     None), so that hashing does not read them again."""
     todo = list(dict.fromkeys([*COMMON, *entries]))
@@ -163,16 +213,15 @@ def _sources(entries: Iterable[str], root: Path) -> dict[Path, bytes | None]:
         if module in seen:
             continue
         seen.add(module)
-        path = module_file(module, root)
-        if path is None:
+        found = snapshot.module(module) if snapshot else _read_module(module, root)
+        if found is None:
             if module in entries:
                 raise ValueError(f"code hash: {module} is not a module of {root}")
             continue  # `from drpipe.x import function`: not a module
-        files[path] = source = path.read_bytes()
-        imports, data = _scan(source, path, module)
+        path, files[path], imports, data = found
         todo += [*_parents(module), *imports]
         for pattern in data:
-            matched = sorted(root.glob(pattern))
+            matched = snapshot.glob(pattern) if snapshot else sorted(root.glob(pattern))
             if not matched:
                 raise ValueError(f"code hash: {path} declares PACKAGE_DATA {pattern!r}: no file")
             files.update(dict.fromkeys(matched))
@@ -185,8 +234,8 @@ def _sources(entries: Iterable[str], root: Path) -> dict[Path, bytes | None]:
 DISPATCH = ("cli.py", "MODULES")
 
 
-def _hashed_bytes(f: Path, root: Path, data: bytes) -> bytes:
-    if str(f.relative_to(root)) != DISPATCH[0]:
+def _hashed_bytes(name: bytes, data: bytes) -> bytes:
+    if name != DISPATCH[0].encode():
         return data
     return _without_dispatch_list(data)
 
@@ -203,16 +252,22 @@ def _without_dispatch_list(data: bytes) -> bytes:
     return "".join(lines).encode()
 
 
-def code_hash(entries: Iterable[str], root: Path = ROOT) -> str:
+def code_hash(entries: Iterable[str], root: Path = ROOT, snapshot: Snapshot | None = None) -> str:
     """sha256 (16 hex digits) over the closure of ``entries``: relative paths and bytes (the
-    dispatcher's list of subcommand modules excepted)."""
+    dispatcher's list of subcommand modules excepted). With a ``snapshot`` (of ``root``), the
+    files as it read them."""
+    if snapshot is not None:
+        root = snapshot.root
     h = hashlib.sha256()
-    files = _sources(entries, root)
+    files = _sources(entries, root, snapshot)
     for f in sorted(files):
         data = files[f]
-        h.update(str(f.relative_to(root)).encode())
+        if data is None:  # a data file
+            data = snapshot.data(f) if snapshot else f.read_bytes()
+        name = snapshot.name(f) if snapshot else str(f.relative_to(root)).encode()
+        h.update(name)
         h.update(b"\0")
-        h.update(_hashed_bytes(f, root, f.read_bytes() if data is None else data))
+        h.update(_hashed_bytes(name, data))
     return h.hexdigest()[:16]
 
 

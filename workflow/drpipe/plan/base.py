@@ -7,7 +7,7 @@ import json
 from functools import cached_property
 from pathlib import Path
 
-from drpipe.codehash import code_hash
+from drpipe.codehash import Snapshot, code_hash
 from drpipe.config import (
     method_config,
     method_variant,
@@ -38,6 +38,8 @@ class PlanBase:
         self.MIRROR = mirror
         self.workdir = Path(workdir)
         self._CODE_HASHES: dict[tuple[str, ...], str] = {}
+        # The package as this plan first reads it: one read of each file for all its hashes.
+        self._PACKAGE = Snapshot()
         self.check()
 
     def runtime_opts(self, *section: str) -> str:
@@ -125,7 +127,7 @@ class PlanBase:
         """Hash of the code a job runs: the import closure of its command's modules (computed
         once per module set: a paper-scale DAG asks for it thousands of times)."""
         if modules not in self._CODE_HASHES:
-            self._CODE_HASHES[modules] = code_hash(modules)
+            self._CODE_HASHES[modules] = code_hash(modules, snapshot=self._PACKAGE)
         return self._CODE_HASHES[modules]
 
     def run_method(self, run):
