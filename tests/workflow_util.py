@@ -268,19 +268,29 @@ def touched_run(
     workdir: Path, *targets: str, overlay: dict | None = None, repo: Path = REPO
 ) -> Path:
     """A finished run of ``targets`` in ``workdir`` in seconds, for questions about reruns:
-    every job a dry run plans gets empty outputs, then `snakemake --touch --forceall` marks
-    them done in the DAG's order, recording Snakemake's metadata (params, code, inputs, shell
-    command) as a real run does. No job's command runs."""
+    `snakemake --touch --forceall` records Snakemake's metadata (params, code, inputs, shell
+    command) of every job a dry run plans, as a real run does, then each job gets empty
+    outputs, dated in the dry run's (the DAG's) order. No job's command runs.
+
+    The outputs are made after the touch, not before: Snakemake's touch sleeps 0.1 s per job
+    whose outputs exist (so that their times follow the DAG on a coarse clock), ~18 s for
+    the shared run's DAG; the times set here are a millisecond apart."""
     directories = rule_directory_outputs(workdir, repo)
-    for job in planned_job_files(workdir, *targets, overlay=overlay, repo=repo):
-        for out, is_dir in zip(job["output"], directories[job["rule"]], strict=True):
-            path = workdir / out
+    jobs = planned_job_files(workdir, *targets, overlay=overlay, repo=repo)
+    snakemake(workdir, "--touch", "--forceall", *targets, overlay=overlay, repo=repo)
+    outputs = [[workdir / out for out in job["output"]] for job in jobs]
+    for job, paths in zip(jobs, outputs, strict=True):
+        for path, is_dir in zip(paths, directories[job["rule"]], strict=True):
             if is_dir:
                 path.mkdir(parents=True, exist_ok=True)
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.touch()
-    snakemake(workdir, "--touch", "--forceall", *targets, overlay=overlay, repo=repo)
+    # Dated once all exist: making a file in a folder would move the folder's own time.
+    start = time.time_ns()
+    for step, paths in enumerate(outputs):
+        for path in paths:
+            os.utime(path, ns=(start + step * 1_000_000,) * 2)
     left = planned_jobs(workdir, *targets, overlay=overlay, repo=repo)
     assert not left, f"jobs left to run after touching them all: {sorted(left)[:5]}"
     return workdir
