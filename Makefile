@@ -220,10 +220,11 @@ estimate: install
 # value; the tests' CPU falls (docs/testing.md).
 MALLOC_REUSE = glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
 
-# A real SLURM for tests/test_slurm.py: Debian's slurmctld, slurmd and munge, installed where
-# this runs as root with apt-get (else those tests skip and say why).
+# The Debian packages some tests need (SLURM for tests/test_slurm.py, Chromium for the
+# report's test) are installed by the session itself where it runs as root with apt-get, in the
+# background beside the first tests (tests/system_packages.py); elsewhere those tests skip and
+# say why.
 test: install
-	@tests/slurm/local-cluster install || echo "make test: no local SLURM; its tests will skip"
 	GLIBC_TUNABLES=$(MALLOC_REUSE) $(BIN)/pytest $(PYTEST_ARGS)
 
 lint: install
