@@ -286,9 +286,10 @@ def touched_run(
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.touch()
-    # Dated once all exist: making a file in a folder would move the folder's own time.
-    start = time.time_ns()
-    for step, paths in enumerate(outputs):
+    # Dated once all exist (making a file in a folder would move the folder's own time), the
+    # last job now: no date in the future, where a test's edit right after would look older.
+    start = time.time_ns() - len(outputs) * 1_000_000
+    for step, paths in enumerate(outputs, start=1):
         for path in paths:
             os.utime(path, ns=(start + step * 1_000_000,) * 2)
     left = planned_jobs(workdir, *targets, overlay=overlay, repo=repo)
