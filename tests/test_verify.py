@@ -80,6 +80,29 @@ def test_verify_passes_on_its_reference_and_names_a_changed_cell(tmp_path, capsy
     assert code == 0 and "the same CPU kind, other training threads" in capsys.readouterr().out
 
 
+def test_a_reference_table_the_run_has_not_made_is_named_not_failed(tmp_path, capsys):
+    """`make verify` right after `make run`: Table 4 (a target of its own) is in the bf16
+    reference but not yet in the run; Table 2 is compared, Table 4 named as not made. Once
+    made, its cells are compared like Table 2's."""
+    ref_root = tmp_path / "reference"
+    made = results_folder(tmp_path / "made")
+    table4 = pd.DataFrame([{"training": "Single", "method": "DPR", "protocol": "standard",
+                            "train_set": "squad", "squad_em": 9.0}])  # fmt: skip
+    table4.to_csv(made / "table4.csv", index=False)
+    write_reference(made, ref_root, "make run")
+    run = results_folder(tmp_path / "run")
+    passed, cells, summary = verify(run, ref_root)
+    assert passed and summary["not_made"] == ["table4.csv"]
+    assert {c["table"] for c in cells} == {"table2.csv"} and summary["same"] == len(cells) == 4
+    code = cli.main(["verify", "--results", str(run), "--reference", str(ref_root)])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("PASS")
+    assert "table4.csv: not made by this run (its target: results/table4.csv)" in out
+    table4.assign(squad_em=9.2).to_csv(run / "table4.csv", index=False)
+    passed, cells, summary = verify(run, ref_root)
+    assert not passed and summary["not_made"] == [] and summary["differs"] == 1
+
+
 def test_verify_fails_on_a_missing_row_and_without_a_reference(tmp_path):
     ref_root = tmp_path / "reference"
     write_reference(results_folder(tmp_path / "made"), ref_root, "make run")
