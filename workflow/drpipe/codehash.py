@@ -149,27 +149,35 @@ def _parse_imports(
 
 def closure(entries: Iterable[str], root: Path = ROOT) -> list[Path]:
     """Source and data files of ``entries`` (dotted module names) and all they import."""
-    return sorted(_sources(entries, root))
+    return sorted(_sources(entries, Snapshot(root)))
+
+
+# A module as read: (file, bytes, imported drpipe modules, PACKAGE_DATA globs).
+Module = tuple[Path, bytes, tuple[str, ...], tuple[str, ...]]
 
 
 class Snapshot:
     """The package read once, for many hashes taken at one moment (one Snakefile parse asks
     for some forty closures that share most of their files): each module's file, bytes and
-    scan, and each data glob's matches, kept for the snapshot's life. Without one, every hash
-    reads the files anew (a file edited between two hashes is seen)."""
+    scan, each data glob's matches and data file's bytes, kept for the snapshot's life. A hash
+    taken without one reads the files anew (a file edited between two hashes is seen)."""
 
     def __init__(self, root: Path = ROOT) -> None:
         self.root = root
-        self._modules: dict[str, tuple[Path, bytes, tuple[str, ...], tuple[str, ...]] | None]
-        self._modules = {}
+        self._modules: dict[str, Module | None] = {}
         self._globs: dict[str, list[Path]] = {}
         self._names: dict[Path, bytes] = {}
         self._data: dict[Path, bytes] = {}
 
-    def module(self, module: str) -> tuple[Path, bytes, tuple[str, ...], tuple[str, ...]] | None:
-        """(file, bytes, imported drpipe modules, PACKAGE_DATA globs), or None: not a module."""
+    def module(self, module: str) -> Module | None:
+        """The module as read, or None: not a module of the package."""
         if module not in self._modules:
-            self._modules[module] = _read_module(module, self.root)
+            path = module_file(module, self.root)
+            if path is None:
+                self._modules[module] = None
+            else:
+                source = path.read_bytes()
+                self._modules[module] = (path, source, *_scan(source, path, module))
         return self._modules[module]
 
     def glob(self, pattern: str) -> list[Path]:
@@ -190,19 +198,7 @@ class Snapshot:
         return self._names[f]
 
 
-def _read_module(
-    module: str, root: Path
-) -> tuple[Path, bytes, tuple[str, ...], tuple[str, ...]] | None:
-    path = module_file(module, root)
-    if path is None:
-        return None
-    source = path.read_bytes()
-    return (path, source, *_scan(source, path, module))
-
-
-def _sources(
-    entries: Iterable[str], root: Path, snapshot: Snapshot | None = None
-) -> dict[Path, bytes | None]:
+def _sources(entries: Iterable[str], snapshot: Snapshot) -> dict[Path, bytes | None]:
     """The closure's files, each source file with the bytes it was scanned from (data files:
     None), so that hashing does not read them again."""
     todo = list(dict.fromkeys([*COMMON, *entries]))
@@ -213,15 +209,15 @@ def _sources(
         if module in seen:
             continue
         seen.add(module)
-        found = snapshot.module(module) if snapshot else _read_module(module, root)
+        found = snapshot.module(module)
         if found is None:
             if module in entries:
-                raise ValueError(f"code hash: {module} is not a module of {root}")
+                raise ValueError(f"code hash: {module} is not a module of {snapshot.root}")
             continue  # `from drpipe.x import function`: not a module
         path, files[path], imports, data = found
         todo += [*_parents(module), *imports]
         for pattern in data:
-            matched = snapshot.glob(pattern) if snapshot else sorted(root.glob(pattern))
+            matched = snapshot.glob(pattern)
             if not matched:
                 raise ValueError(f"code hash: {path} declares PACKAGE_DATA {pattern!r}: no file")
             files.update(dict.fromkeys(matched))
@@ -255,19 +251,16 @@ def _without_dispatch_list(data: bytes) -> bytes:
 def code_hash(entries: Iterable[str], root: Path = ROOT, snapshot: Snapshot | None = None) -> str:
     """sha256 (16 hex digits) over the closure of ``entries``: relative paths and bytes (the
     dispatcher's list of subcommand modules excepted). With a ``snapshot`` (of ``root``), the
-    files as it read them."""
-    if snapshot is not None:
-        root = snapshot.root
+    files as it read them; without, as they are now."""
+    snapshot = snapshot or Snapshot(root)
     h = hashlib.sha256()
-    files = _sources(entries, root, snapshot)
+    files = _sources(entries, snapshot)
     for f in sorted(files):
         data = files[f]
-        if data is None:  # a data file
-            data = snapshot.data(f) if snapshot else f.read_bytes()
-        name = snapshot.name(f) if snapshot else str(f.relative_to(root)).encode()
+        name = snapshot.name(f)
         h.update(name)
         h.update(b"\0")
-        h.update(_hashed_bytes(name, data))
+        h.update(_hashed_bytes(name, snapshot.data(f) if data is None else data))
     return h.hexdigest()[:16]
 
 
